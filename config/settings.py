@@ -1,0 +1,201 @@
+"""Settings, read from the environment; the defaults are the embedded mode (SQLite, in-memory channel layer)."""
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+
+from .env import env_bool, env_int, env_list, env_secret
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(os.getenv("TERMINALS_DATA_DIR", BASE_DIR / "var"))
+VERSION = "1.0.0"
+
+
+def _persistent_secret_key() -> str:
+    """Returns SECRET_KEY from the environment, or one generated once and kept in the data folder."""
+    configured = env_secret("SECRET_KEY")
+    if configured:
+        return configured
+    path = DATA_DIR / "secret_key"
+    if not path.exists():
+        DATA_DIR.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as key_file:
+            key_file.write(secrets.token_urlsafe(50))
+    return path.read_text().strip()
+
+
+SECRET_KEY = _persistent_secret_key()
+DEBUG = env_bool("DEBUG", False)
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+REDIS_URL = os.getenv("REDIS_URL", "")
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "corsheaders",
+    "rest_framework",
+    "drf_spectacular",
+    "channels",
+    "terminals",
+]
+
+MIDDLEWARE = [
+    "corsheaders.middleware.CorsMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+ASGI_APPLICATION = "config.asgi.application"
+APPEND_SLASH = False
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+
+def _database(url: str) -> dict:
+    database = dj_database_url.parse(url, conn_max_age=0)
+    if database["ENGINE"] == "django.db.backends.sqlite3":
+        # WAL lets readers run beside the writer; IMMEDIATE takes the write lock
+        # up front, so concurrent writers wait (busy timeout) instead of failing
+        # with "database is locked" half-way through a transaction.
+        database["OPTIONS"] = {
+            "timeout": 30,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
+    return database
+
+
+DATABASES = {"default": _database(os.getenv("DATABASE_URL") or f"sqlite:///{DATA_DIR / 'terminals.sqlite3'}")}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 30},
+        }
+    }
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 1000}}}
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = DATA_DIR / "static"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["terminals.auth.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_THROTTLE_CLASSES": ["terminals.throttling.ApiKeyRateThrottle"],
+    "DEFAULT_THROTTLE_RATES": {
+        "api": os.getenv("TERMINALS_THROTTLE_RATE", "1200/min"),
+        "create": os.getenv("TERMINALS_CREATE_THROTTLE_RATE", "60/min"),
+    },
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "EXCEPTION_HANDLER": "terminals.exceptions.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    "NUM_PROXIES": 0,
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Persistent terminal service",
+    "DESCRIPTION": "Real PTY shell sessions over REST: create, type, read in bounded slices, stop.",
+    "VERSION": VERSION,
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SERVE_AUTHENTICATION": [],
+    "COMPONENT_SPLIT_REQUEST": True,
+    "APPEND_COMPONENTS": {
+        "securitySchemes": {
+            "ApiKeyHeader": {"type": "apiKey", "in": "header", "name": "X-API-Key"},
+            "ApiKeyAuthorization": {
+                "type": "apiKey",
+                "in": "header",
+                "name": "Authorization",
+                "description": "Authorization: Api-Key <key>",
+            },
+        }
+    },
+    "SECURITY": [{"ApiKeyHeader": []}, {"ApiKeyAuthorization": []}],
+}
+
+_cors_origin = os.getenv("CORS_ORIGIN", "*")
+CORS_ALLOW_ALL_ORIGINS = _cors_origin.strip() == "*"
+CORS_ALLOWED_ORIGINS = [] if CORS_ALLOW_ALL_ORIGINS else env_list("CORS_ORIGIN", [])
+CORS_ALLOW_HEADERS = ["accept", "authorization", "content-type", "x-api-key", "last-event-id"]
+CORS_URLS_REGEX = r"^/api/.*$"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.getenv("LOG_LEVEL", "INFO").upper()},
+    "loggers": {"daphne": {"level": "WARNING"}, "django.channels.server": {"level": "WARNING"}},
+}
+
+# The service's own settings. Names from the REST contract (MAX_BUFFER_SIZE,
+# SESSION_TIMEOUT, HOST, PORT) are kept as they are; the rest share the TERMINALS_ prefix.
+HOST = os.getenv("HOST", "127.0.0.1")
+PORT = env_int("PORT", 3001)
+TERMINALS = {
+    "MAX_BUFFER_LINES": env_int("MAX_BUFFER_SIZE", 10_000, minimum=1),
+    "MAX_BUFFER_BYTES": env_int("TERMINALS_MAX_BUFFER_BYTES", 4 << 20, minimum=1024),
+    "SESSION_TIMEOUT_MS": env_int("SESSION_TIMEOUT", 24 * 3600 * 1000, minimum=1),
+    "SWEEP_INTERVAL_MS": env_int("TERMINALS_SWEEP_INTERVAL_MS", 5 * 60 * 1000, minimum=100),
+    "ALLOWED_SHELLS": env_list("TERMINALS_ALLOWED_SHELLS", []),  # empty: the shells in /etc/shells
+    "DEFAULT_SHELL": os.getenv("TERMINALS_DEFAULT_SHELL", ""),  # empty: $SHELL if allowed, else bash, else sh
+    "CWD_ROOT": os.getenv("TERMINALS_CWD_ROOT", ""),
+    "DEFAULT_CWD": os.getenv("TERMINALS_DEFAULT_CWD", ""),  # empty: CWD_ROOT, else the service's directory
+    "MAX_INPUT_BYTES": env_int("TERMINALS_MAX_INPUT_BYTES", 64 * 1024, minimum=1),
+    "MAX_PENDING_INPUT_BYTES": env_int("TERMINALS_MAX_PENDING_INPUT_BYTES", 1 << 20, minimum=1024),
+    "MAX_ENV_VARS": env_int("TERMINALS_MAX_ENV_VARS", 100),
+    "MAX_ENV_VALUE_BYTES": env_int("TERMINALS_MAX_ENV_VALUE_BYTES", 8192, minimum=1),
+    "MAX_COLS": env_int("TERMINALS_MAX_COLS", 1000, minimum=1),
+    "MAX_ROWS": env_int("TERMINALS_MAX_ROWS", 500, minimum=1),
+    "MAX_PER_USER": env_int("TERMINALS_MAX_PER_USER", 100, minimum=1),
+    "MAX_TOTAL": env_int("TERMINALS_MAX_TOTAL", 1000, minimum=1),
+    "MAX_OUTPUT_LINES": env_int("TERMINALS_MAX_OUTPUT_LINES", 10_000, minimum=1),
+    "KILL_GRACE_MS": env_int("TERMINALS_KILL_GRACE_MS", 3000),
+    "WORKER_TIMEOUT_MS": env_int("TERMINALS_WORKER_TIMEOUT_MS", 5000, minimum=100),
+    "HEARTBEAT_INTERVAL_MS": env_int("TERMINALS_HEARTBEAT_INTERVAL_MS", 5000, minimum=100),
+    # Embedded mode hosts terminals inside the web process; split mode (REDIS_URL) in terminal_worker processes.
+    "EMBEDDED_WORKER": env_bool("TERMINALS_EMBEDDED_WORKER", not REDIS_URL),
+}

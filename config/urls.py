@@ -1,0 +1,26 @@
+"""URLs: the REST API under /api/, its schema and docs, and the admin."""
+
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.routers import SimpleRouter
+
+from terminals import errors_http
+from terminals.views import AuditViewSet, HealthView, TerminalViewSet
+
+router = SimpleRouter(trailing_slash=False)
+router.register("terminals", TerminalViewSet, basename="terminal")
+router.register("audit", AuditViewSet, basename="audit")
+
+urlpatterns = [
+    path("api/health", HealthView.as_view(), name="health"),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    path("api/", include(router.urls)),
+    path("admin/", admin.site.urls),
+]
+
+handler400 = errors_http.bad_request
+handler403 = errors_http.forbidden
+handler404 = errors_http.not_found
+handler500 = errors_http.server_error

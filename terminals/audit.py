@@ -1,0 +1,88 @@
+"""Writing audit events: who did what to which terminal, and how it ended."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .models import AuditEvent, key_prefix
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who is acting: a user with the key they used and the address they came from."""
+
+    user: object | None = None
+    api_key: object | None = None
+    source: str = ""
+
+    @classmethod
+    def from_request(cls, request) -> Actor:
+        user = getattr(request, "user", None)
+        if user is not None and not user.is_authenticated:
+            user = None
+        return cls(user=user, api_key=getattr(request, "auth", None), source=client_address(request))
+
+    @property
+    def username(self) -> str:
+        return self.user.get_username() if self.user is not None else ""
+
+    @property
+    def key_prefix(self) -> str:
+        return self.api_key.display_prefix if self.api_key is not None else ""
+
+
+SYSTEM = Actor()
+
+
+def client_address(request) -> str:
+    # X-Forwarded-For is ignored: it is the client's to forge.
+    meta = getattr(request, "META", {})
+    return meta.get("REMOTE_ADDR", "") or ""
+
+
+def audit(actor: Actor, action: str, *, outcome: str = "ok", terminal_id=None, **details) -> AuditEvent:
+    return AuditEvent.objects.create(
+        user=actor.user,
+        username=actor.username,
+        key_prefix=actor.key_prefix,
+        source=actor.source,
+        action=action,
+        terminal_id=terminal_id,
+        outcome=outcome,
+        details=details,
+    )
+
+
+def audit_refusal(request, view, error) -> None:
+    """Records a request the API refused, with the key's public prefix only."""
+    actor = Actor.from_request(request)
+    prefix = actor.key_prefix or _presented_prefix(request)
+    action = getattr(view, "audit_action", None) or getattr(view, "action", None) or "request"
+    kwargs = getattr(view, "kwargs", {}) or {}
+    AuditEvent.objects.create(
+        user=actor.user,
+        username=actor.username,
+        key_prefix=prefix,
+        source=actor.source,
+        action=str(action),
+        terminal_id=_uuid_or_none(kwargs.get("pk")),
+        outcome=error.default_code,
+        details={"method": request.method, "path": request.path, "message": error.message},
+    )
+
+
+def _presented_prefix(request) -> str:
+    from .auth import presented_key
+
+    key = presented_key(request)
+    prefix = key_prefix(key) if key else None
+    return f"tk_{prefix}" if prefix else ""
+
+
+def _uuid_or_none(value):
+    import uuid
+
+    try:
+        return uuid.UUID(str(value)) if value else None
+    except ValueError:
+        return None

@@ -1,0 +1,43 @@
+"""API-key authentication for DRF: `Authorization: Api-Key <key>` or `X-API-Key: <key>`."""
+
+from __future__ import annotations
+
+from rest_framework import authentication, exceptions
+
+from .models import ApiKey
+
+SCHEMES = ("api-key", "bearer")
+
+
+def presented_key(request) -> str | None:
+    """Returns the key the request carries, or None when it carries none."""
+    header = request.META.get("HTTP_X_API_KEY")
+    if header:
+        return header.strip()
+    authorization = request.META.get("HTTP_AUTHORIZATION", "")
+    scheme, _, value = authorization.partition(" ")
+    if scheme.lower() in SCHEMES and value.strip():
+        return value.strip()
+    return None
+
+
+class ApiKeyAuthentication(authentication.BaseAuthentication):
+    """None without a key; AuthenticationFailed for a bad one; (user, ApiKey) for a good one."""
+
+    def authenticate(self, request):
+        key = presented_key(request)
+        if key is None:
+            return None
+        record = ApiKey.objects.for_key(key)
+        if record is None:
+            raise exceptions.AuthenticationFailed("Unknown API key")
+        if record.revoked_at is not None:
+            raise exceptions.AuthenticationFailed("This API key was revoked")
+        if not record.is_usable():
+            raise exceptions.AuthenticationFailed("This API key has expired")
+        if not record.user.is_active:
+            raise exceptions.AuthenticationFailed("This API key's user is disabled")
+        return record.user, record
+
+    def authenticate_header(self, request) -> str:
+        return "Api-Key"

@@ -1,0 +1,38 @@
+"""The embedded mode: one terminal worker inside the web process, on its event loop and in-memory channel layer."""
+
+from __future__ import annotations
+
+import asyncio
+
+from django.conf import settings
+
+from .worker import TerminalWorker
+
+_worker: TerminalWorker | None = None
+
+
+def ensure_worker(loop: asyncio.AbstractEventLoop | None = None) -> TerminalWorker | None:
+    """Starts the embedded worker on the loop once; does nothing in split mode."""
+    global _worker
+    if not settings.TERMINALS["EMBEDDED_WORKER"]:
+        return None
+    if _worker is None:
+        loop = loop or asyncio.get_running_loop()
+        _worker = TerminalWorker()
+        loop.create_task(_worker.start())
+    return _worker
+
+
+def current_worker() -> TerminalWorker | None:
+    return _worker
+
+
+class WithEmbeddedWorker:
+    """ASGI middleware that makes sure the embedded worker runs before the first request is served."""
+
+    def __init__(self, application) -> None:
+        self.application = application
+
+    async def __call__(self, scope, receive, send):
+        ensure_worker()
+        return await self.application(scope, receive, send)

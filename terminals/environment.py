@@ -1,0 +1,133 @@
+"""What a new terminal runs in: allowed shells, its working directory and its environment."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from functools import lru_cache
+from pathlib import Path
+
+from django.conf import settings
+
+from .exceptions import InvalidInput
+
+ETC_SHELLS = "/etc/shells"
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+# Only these variables of the service's own environment reach a terminal: none
+# of its settings or secrets (SECRET_KEY, DATABASE_URL, REDIS_URL) do.
+INHERITED_VARIABLES = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
+
+# Friendly to programs driven by agents: no pager waits for a keypress.
+TERMINAL_DEFAULTS = {"TERM": "xterm-256color", "PAGER": "cat", "GIT_PAGER": "cat", "LANG": "C.UTF-8"}
+
+
+@lru_cache(maxsize=1)
+def _etc_shells() -> tuple[str, ...]:
+    try:
+        with open(ETC_SHELLS) as shells:
+            return tuple(line.strip() for line in shells if line.strip().startswith("/"))
+    except OSError:
+        return ("/bin/sh",)
+
+
+def allowed_shells() -> tuple[str, ...]:
+    configured = settings.TERMINALS["ALLOWED_SHELLS"]
+    return tuple(configured) if configured else _etc_shells()
+
+
+def default_shell() -> str:
+    configured = settings.TERMINALS["DEFAULT_SHELL"]
+    if configured:
+        return configured
+    allowed = allowed_shells()
+    for candidate in (os.environ.get("SHELL", ""), "/bin/bash", "/usr/bin/bash", "/bin/sh"):
+        if candidate in allowed and _is_executable(candidate):
+            return candidate
+    return allowed[0]
+
+
+def resolve_shell(shell: str | None) -> str:
+    """Returns the absolute path of an allowed shell; a bare name like "bash" is looked up among them."""
+    if not shell:
+        return default_shell()
+    allowed = allowed_shells()
+    if "/" not in shell:
+        matches = [path for path in allowed if Path(path).name == shell and _is_executable(path)]
+        if matches:
+            return matches[0]
+    elif shell in allowed and _is_executable(shell):
+        return shell
+    raise InvalidInput(
+        f"shell: {shell!r} is not an allowed shell", {"field": "shell", "allowed": list(allowed)}
+    )
+
+
+def _is_executable(path: str) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def cwd_root() -> Path | None:
+    root = settings.TERMINALS["CWD_ROOT"]
+    return Path(root).resolve() if root else None
+
+
+def default_cwd() -> str:
+    configured = settings.TERMINALS["DEFAULT_CWD"]
+    root = cwd_root()
+    return configured or (str(root) if root else os.getcwd())
+
+
+def resolve_cwd(cwd: str | None) -> str:
+    """Returns the real path of an existing directory, inside TERMINALS_CWD_ROOT when that is set."""
+    root = cwd_root()
+    if not cwd:
+        cwd = default_cwd()
+    if "\x00" in cwd:
+        raise InvalidInput("cwd: must not contain NUL", {"field": "cwd"})
+    base = root or Path(default_cwd())
+    # Resolving follows symlinks and "..", so the containment check sees where the path really leads.
+    path = (base / cwd).resolve()
+    if root is not None and path != root and root not in path.parents:
+        raise InvalidInput(f"cwd: {cwd!r} is outside the allowed root", {"field": "cwd"})
+    if not path.is_dir():
+        raise InvalidInput(f"cwd: {cwd!r} is not an existing directory", {"field": "cwd"})
+    if not os.access(path, os.X_OK):
+        raise InvalidInput(f"cwd: {cwd!r} cannot be entered", {"field": "cwd"})
+    return str(path)
+
+
+def validate_env(env: dict[str, str]) -> dict[str, str]:
+    config = settings.TERMINALS
+    if len(env) > config["MAX_ENV_VARS"]:
+        raise InvalidInput(f"env: at most {config['MAX_ENV_VARS']} variables", {"field": "env"})
+    for name, value in env.items():
+        if not ENV_NAME.match(name):
+            raise InvalidInput(f"env: {name!r} is not a valid variable name", {"field": "env"})
+        if not isinstance(value, str) or "\x00" in value:
+            raise InvalidInput(f"env: {name} must be a string without NUL", {"field": "env"})
+        if len(value.encode()) > config["MAX_ENV_VALUE_BYTES"]:
+            raise InvalidInput(
+                f"env: {name} is longer than {config['MAX_ENV_VALUE_BYTES']} bytes", {"field": "env"}
+            )
+    return env
+
+
+def build_env(requested: dict[str, str], *, shell: str) -> dict[str, str]:
+    """The terminal's environment: the inherited allowlist, the defaults, then the caller's own."""
+    env = {name: os.environ[name] for name in INHERITED_VARIABLES if name in os.environ}
+    env.setdefault("PATH", os.defpath)
+    for name, value in TERMINAL_DEFAULTS.items():
+        if name == "LANG":
+            env.setdefault(name, value)
+        else:
+            env[name] = value
+    env["SHELL"] = shell
+    env.update(requested)
+    return env
+
+
+def shell_argv(shell: str) -> list[str]:
+    # setsid(1) looks argv[0] up on PATH; an absolute path avoids the lookup.
+    return [shutil.which(shell) or shell]

@@ -1,0 +1,198 @@
+"""The service's errors and the one handler that renders every error in the success/error envelope."""
+
+from __future__ import annotations
+
+import logging
+
+from django.http import Http404
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+
+logger = logging.getLogger(__name__)
+
+
+class ServiceError(exceptions.APIException):
+    """Base of every error the API reports; its default_code is the error code clients see."""
+
+    status_code = status.HTTP_500_INTERNAL_SERVER_ERROR
+    default_code = "INTERNAL_ERROR"
+    default_detail = "Internal error"
+
+    def __init__(self, message: str | None = None, details: dict | None = None) -> None:
+        super().__init__(message or self.default_detail, self.default_code)
+        self.message = message or self.default_detail
+        self.details = details or {}
+
+
+class TerminalNotFound(ServiceError):
+    """No terminal with that id is visible to the caller."""
+
+    status_code = status.HTTP_404_NOT_FOUND
+    default_code = "TERMINAL_NOT_FOUND"
+    default_detail = "Terminal not found"
+
+
+class TerminalInactive(ServiceError):
+    """The terminal has ended or was released."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "TERMINAL_INACTIVE"
+    default_detail = "Terminal is not active"
+
+
+class InvalidInput(ServiceError):
+    """A parameter is missing, malformed or out of bounds."""
+
+    status_code = status.HTTP_400_BAD_REQUEST
+    default_code = "INVALID_INPUT"
+    default_detail = "Invalid input"
+
+
+class WriteFailed(ServiceError):
+    """Input could not be delivered to the terminal."""
+
+    default_code = "WRITE_FAILED"
+    default_detail = "Writing to the terminal failed"
+
+
+class ReadFailed(ServiceError):
+    """The terminal's output could not be read."""
+
+    default_code = "READ_FAILED"
+    default_detail = "Reading the terminal failed"
+
+
+class KillFailed(ServiceError):
+    """The terminal's processes could not be ended."""
+
+    default_code = "KILL_FAILED"
+    default_detail = "Ending the terminal failed"
+
+
+class InternalError(ServiceError):
+    """Something broke that the caller cannot fix."""
+
+
+class Unauthorized(ServiceError):
+    """No API key, or one that is unknown, revoked or expired."""
+
+    status_code = status.HTTP_401_UNAUTHORIZED
+    default_code = "UNAUTHORIZED"
+    default_detail = "A valid API key is required"
+
+
+class Forbidden(ServiceError):
+    """The key is good but may not do this."""
+
+    status_code = status.HTTP_403_FORBIDDEN
+    default_code = "FORBIDDEN"
+    default_detail = "Not allowed"
+
+
+class RateLimited(ServiceError):
+    """Too many requests for this key; Retry-After says when to come back."""
+
+    status_code = status.HTTP_429_TOO_MANY_REQUESTS
+    default_code = "RATE_LIMITED"
+    default_detail = "Too many requests"
+
+
+class LimitReached(ServiceError):
+    """A hard limit on terminals was reached."""
+
+    status_code = status.HTTP_429_TOO_MANY_REQUESTS
+    default_code = "LIMIT_REACHED"
+    default_detail = "Terminal limit reached"
+
+
+class WorkerUnavailable(ServiceError):
+    """No terminal worker answered in time."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_code = "WORKER_UNAVAILABLE"
+    default_detail = "The terminal worker did not answer in time"
+
+
+class NotFound(ServiceError):
+    """No such endpoint."""
+
+    status_code = status.HTTP_404_NOT_FOUND
+    default_code = "NOT_FOUND"
+    default_detail = "Not found"
+
+
+class MethodNotAllowed(ServiceError):
+    """The endpoint exists but not with that HTTP method."""
+
+    status_code = status.HTTP_405_METHOD_NOT_ALLOWED
+    default_code = "METHOD_NOT_ALLOWED"
+    default_detail = "Method not allowed"
+
+
+BY_CODE: dict[str, type[ServiceError]] = {
+    cls.default_code: cls for cls in ServiceError.__subclasses__() + [ServiceError]
+}
+
+
+def from_code(code: str, message: str, details: dict | None = None) -> ServiceError:
+    """Rebuilds the error a worker reported by its code."""
+    return BY_CODE.get(code, InternalError)(message, details)
+
+
+def envelope(code: str, message: str, details: dict | None = None) -> dict:
+    return {"success": False, "error": {"code": code, "message": message, "details": details or {}}}
+
+
+def as_service_error(exc: Exception) -> ServiceError:
+    """Translates DRF's and Django's exceptions into the service's own."""
+    if isinstance(exc, ServiceError):
+        return exc
+    if isinstance(exc, exceptions.ValidationError):
+        return InvalidInput(_validation_message(exc.detail), {"fields": exc.detail})
+    if isinstance(exc, exceptions.ParseError):
+        return InvalidInput(f"Malformed request body: {exc.detail}")
+    if isinstance(exc, exceptions.UnsupportedMediaType):
+        return InvalidInput(str(exc.detail))
+    if isinstance(exc, (exceptions.NotAuthenticated, exceptions.AuthenticationFailed)):
+        return Unauthorized(str(exc.detail))
+    if isinstance(exc, exceptions.PermissionDenied):
+        return Forbidden(str(exc.detail))
+    if isinstance(exc, exceptions.Throttled):
+        error = RateLimited(f"Too many requests; retry in {exc.wait or 1:.0f} seconds", {"retryAfter": exc.wait})
+        error.wait = exc.wait
+        return error
+    if isinstance(exc, exceptions.MethodNotAllowed):
+        return MethodNotAllowed(str(exc.detail))
+    if isinstance(exc, (exceptions.NotFound, Http404)):
+        return NotFound()
+    logger.exception("unhandled error", exc_info=exc)
+    return InternalError()
+
+
+def _validation_message(detail) -> str:
+    if isinstance(detail, dict):
+        parts = []
+        for field, problems in detail.items():
+            text = problems[0] if isinstance(problems, list) and problems else problems
+            parts.append(f"{field}: {text}")
+        return "; ".join(parts) or "Invalid input"
+    if isinstance(detail, list) and detail:
+        return str(detail[0])
+    return str(detail)
+
+
+def exception_handler(exc: Exception, context: dict) -> Response:
+    """DRF's EXCEPTION_HANDLER: renders the envelope and records the refusal in the audit trail."""
+    from .audit import audit_refusal
+
+    error = as_service_error(exc)
+    headers = {}
+    wait = getattr(error, "wait", None)
+    if isinstance(error, RateLimited) and wait is not None:
+        headers["Retry-After"] = str(max(1, int(wait + 0.999)))
+    if isinstance(error, Unauthorized):
+        headers["WWW-Authenticate"] = "Api-Key"
+    request = context.get("request")
+    if request is not None:
+        audit_refusal(request, context.get("view"), error)
+    return Response(envelope(error.default_code, error.message, error.details), status=error.status_code, headers=headers)

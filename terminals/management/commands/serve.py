@@ -1,0 +1,92 @@
+"""Runs the whole service in one process (embedded mode): migrates, bootstraps a first key, serves on daphne."""
+
+import asyncio
+import sys
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+
+from terminals.models import ApiKey
+
+
+class Command(BaseCommand):
+    help = "Serve the API with daphne and the terminal worker in this process."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default=settings.HOST, help="address to listen on (HOST, default 127.0.0.1)")
+        parser.add_argument("--port", type=int, default=settings.PORT, help="port (PORT, default 3001; 0 picks a free one)")
+        parser.add_argument("--no-bootstrap", action="store_true", help="do not create a first admin key")
+
+    def handle(self, *args, host, port, no_bootstrap, **options):
+        call_command("migrate", interactive=False, verbosity=0)
+        if not no_bootstrap:
+            self.bootstrap(host, port)
+        self.run_daphne(host, port)
+
+    def bootstrap(self, host: str, port: int) -> None:
+        """On a first start, creates an admin user and prints its API key, once."""
+        users = get_user_model().objects
+        if users.exists():
+            return
+        admin = users.create(username="admin", is_staff=True, is_superuser=True)
+        admin.set_unusable_password()
+        admin.save()
+        _, key = ApiKey.objects.create_key(user=admin, name="bootstrap")
+        shown_port = port or settings.PORT
+        self.stdout.write(
+            "\nCreated user 'admin' (staff) and this API key. It is shown once; keep it:\n\n"
+            f"  {key}\n\n"
+            "Try it:\n\n"
+            f"  curl -s -X POST http://{host}:{shown_port}/api/terminals -H 'X-API-Key: {key}' "
+            "-H 'Content-Type: application/json' -d '{}'\n\n"
+            "More keys: python manage.py create_api_key USERNAME [--staff]\n"
+        )
+        self.stdout.flush()
+
+    def run_daphne(self, host: str, port: int) -> None:
+        from daphne.server import Server  # installs Twisted's asyncio reactor: import it first
+
+        from twisted.internet import defer, reactor
+
+        from config.asgi import application
+        from terminals.embedded import ensure_worker
+
+        command = self
+
+        class AnnouncingServer(Server):
+            failed = False
+
+            def listen_error(self, failure):
+                AnnouncingServer.failed = True
+                super().listen_error(failure)
+
+            def listen_success(self, listening_port):
+                super().listen_success(listening_port)
+                address = listening_port.getHost()
+                command.stdout.write(f"Listening on http://{host}:{address.port}")
+                command.stdout.flush()
+
+        def start_worker():
+            ensure_worker(asyncio.get_event_loop())
+
+        def stop_worker():
+            worker = ensure_worker(asyncio.get_event_loop())
+            if worker is not None:
+                return defer.Deferred.fromFuture(asyncio.ensure_future(worker.shutdown()))
+            return None
+
+        interface = host.replace(":", r"\:").strip("[]")
+        server = AnnouncingServer(
+            application=application,
+            endpoints=[f"tcp:port={port}:interface={interface}"],
+            signal_handlers=True,
+            ready_callable=start_worker,
+            application_close_timeout=5,
+        )
+        reactor.addSystemEventTrigger("before", "shutdown", stop_worker)
+        server.run()
+        sys.stdout.flush()
+        if AnnouncingServer.failed:
+            raise CommandError(f"cannot listen on {host}:{port}")

@@ -1,0 +1,28 @@
+"""Runs a terminal worker on its own (split mode): it hosts terminals for every web process on the Redis channel layer."""
+
+import asyncio
+import signal
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from terminals.worker import TerminalWorker
+
+
+class Command(BaseCommand):
+    help = "Host terminals for the web processes (split mode, needs REDIS_URL)."
+
+    def handle(self, *args, **options):
+        if not settings.REDIS_URL:
+            raise CommandError("terminal_worker needs REDIS_URL: the in-memory channel layer cannot reach other processes")
+        asyncio.run(self.serve())
+
+    async def serve(self) -> None:
+        worker = TerminalWorker()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, lambda: loop.create_task(worker.shutdown()))
+        await worker.start()
+        self.stdout.write(f"terminal worker {worker.id} ready on {worker.channel}", ending="\n")
+        self.stdout.flush()
+        await worker.stopped.wait()

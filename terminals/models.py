@@ -1,0 +1,226 @@
+"""Records that outlive the processes: API keys, workers, terminal sessions and the audit trail."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import uuid
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+KEY_TYPE = "tk"
+
+
+class ApiKeyManager(models.Manager["ApiKey"]):
+    def create_key(self, *, user, name: str = "", expires_at=None) -> tuple[ApiKey, str]:
+        """Creates a key; returns the record and the plaintext key, which is never stored."""
+        prefix = secrets.token_hex(4)
+        key = f"{KEY_TYPE}_{prefix}.{secrets.token_urlsafe(32)}"
+        record = self.create(user=user, name=name, prefix=prefix, hashed_key=hash_key(key), expires_at=expires_at)
+        return record, key
+
+    def for_key(self, key: str) -> ApiKey | None:
+        """Returns the key's record if the key is genuine, whatever its state; None otherwise."""
+        prefix = key_prefix(key)
+        if prefix is None:
+            return None
+        record = self.select_related("user").filter(prefix=prefix).first()
+        if record is None or not hmac.compare_digest(record.hashed_key, hash_key(key)):
+            return None
+        return record
+
+
+def hash_key(key: str) -> str:
+    # Keys carry 256 random bits, so a fast hash is enough: no dictionary can guess them.
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def key_prefix(key: str) -> str | None:
+    """Returns the public prefix of a well-formed key ("tk_<prefix>.<secret>"), or None."""
+    head, dot, secret = key.partition(".")
+    kind, underscore, prefix = head.partition("_")
+    if not (dot and underscore and secret) or kind != KEY_TYPE or len(prefix) != 8:
+        return None
+    return prefix
+
+
+class ApiKey(models.Model):
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=100, blank=True)
+    prefix = models.CharField(max_length=8, unique=True, editable=False)
+    hashed_key = models.CharField(max_length=64, editable=False)
+    created = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    objects = ApiKeyManager()
+
+    class Meta:
+        verbose_name = "API key"
+
+    def __str__(self) -> str:
+        return f"{KEY_TYPE}_{self.prefix} ({self.user})"
+
+    @property
+    def display_prefix(self) -> str:
+        return f"{KEY_TYPE}_{self.prefix}"
+
+    def is_usable(self, now=None) -> bool:
+        now = now or timezone.now()
+        return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
+
+    def revoke(self) -> None:
+        """Revokes the key for good; revoking twice keeps the first time."""
+        ApiKey.objects.filter(pk=self.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+        self.refresh_from_db(fields=["revoked_at"])
+
+    def save(self, *args, **kwargs) -> None:
+        if self.pk is not None and self.revoked_at is None:
+            stored = ApiKey.objects.filter(pk=self.pk).values_list("revoked_at", flat=True).first()
+            if stored is not None:
+                raise ValueError("a revoked key cannot be reinstated")
+        super().save(*args, **kwargs)
+
+
+class WorkerQuerySet(models.QuerySet["Worker"]):
+    def live(self, now=None) -> WorkerQuerySet:
+        return self.filter(stopped__isnull=True, last_seen__gte=Worker.stale_before(now))
+
+
+class Worker(models.Model):
+    """A process that hosts terminals; its heartbeat says it is alive."""
+
+    id = models.CharField(max_length=32, primary_key=True)
+    channel = models.CharField(max_length=200)
+    hostname = models.CharField(max_length=255)
+    pid = models.IntegerField()
+    started = models.DateTimeField()
+    last_seen = models.DateTimeField()
+    stopped = models.DateTimeField(null=True, blank=True)
+
+    objects = WorkerQuerySet.as_manager()
+
+    def __str__(self) -> str:
+        return f"{self.hostname}:{self.pid}"
+
+    @staticmethod
+    def stale_before(now=None):
+        """Heartbeats older than this mean the worker is gone (three missed beats)."""
+        interval = settings.TERMINALS["HEARTBEAT_INTERVAL_MS"]
+        return (now or timezone.now()) - timedelta(milliseconds=3 * interval)
+
+    def is_live(self, now=None) -> bool:
+        return self.stopped is None and self.last_seen >= self.stale_before(now)
+
+
+class TerminalSessionQuerySet(models.QuerySet["TerminalSession"]):
+    def visible_to(self, user) -> TerminalSessionQuerySet:
+        """The one access rule: staff see every terminal, others only their own."""
+        if user.is_staff:
+            return self.all()
+        return self.filter(owner=user)
+
+    def active(self) -> TerminalSessionQuerySet:
+        return self.filter(status=TerminalSession.Status.ACTIVE)
+
+
+class TerminalSession(models.Model):
+    class Status(models.TextChoices):
+        ACTIVE = "active"
+        EXITED = "exited"  # the process ended by itself
+        KILLED = "killed"  # ended by a delete
+        TIMED_OUT = "timed_out"  # ended by the idle sweep
+        LOST = "lost"  # its worker went away
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="terminals")
+    api_key = models.ForeignKey(ApiKey, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    name = models.CharField(max_length=100, blank=True)
+    pid = models.IntegerField(null=True)
+    shell = models.CharField(max_length=255)
+    cwd = models.CharField(max_length=4096)
+    cols = models.PositiveIntegerField(default=80)
+    rows = models.PositiveIntegerField(default=24)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE, db_index=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    signal = models.CharField(max_length=16, null=True, blank=True)
+    created = models.DateTimeField(default=timezone.now)
+    last_activity = models.DateTimeField(default=timezone.now)
+    ended = models.DateTimeField(null=True, blank=True)
+    released = models.DateTimeField(null=True, blank=True)
+    worker = models.ForeignKey(Worker, null=True, blank=True, on_delete=models.SET_NULL, related_name="terminals")
+
+    objects = TerminalSessionQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["created"]
+        indexes = [models.Index(fields=["owner", "status"])]
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.status})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status == self.Status.ACTIVE
+
+    @property
+    def holds_output(self) -> bool:
+        """Whether a worker still keeps this terminal's output."""
+        return self.released is None and self.status != self.Status.LOST
+
+    def mark_ended(self, status: str, *, exit_code: int | None, signal: str | None, release: bool) -> bool:
+        """Records how the process ended, once; returns whether this call recorded it."""
+        now = timezone.now()
+        changes = {"exit_code": exit_code, "signal": signal, "ended": now, "status": status}
+        if release:
+            changes["released"] = now
+        updated = TerminalSession.objects.filter(pk=self.pk, status=self.Status.ACTIVE).update(**changes)
+        if not updated and release:
+            TerminalSession.objects.filter(pk=self.pk, released__isnull=True).update(released=now)
+        self.refresh_from_db()
+        return updated == 1
+
+
+class AuditQuerySet(models.QuerySet["AuditEvent"]):
+    def update(self, **kwargs):
+        raise PermissionError("audit events are never changed")
+
+    def delete(self):
+        raise PermissionError("audit events are never deleted")
+
+    def visible_to(self, user) -> AuditQuerySet:
+        return self.all() if user.is_staff else self.filter(user=user)
+
+
+class AuditEvent(models.Model):
+    """One state change or refused request. Rows are only ever added."""
+
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    username = models.CharField(max_length=150, blank=True)
+    key_prefix = models.CharField(max_length=16, blank=True)
+    source = models.CharField(max_length=64, blank=True)
+    action = models.CharField(max_length=32, db_index=True)
+    terminal_id = models.UUIDField(null=True, blank=True, db_index=True)
+    outcome = models.CharField(max_length=32)
+    details = models.JSONField(default=dict, blank=True)
+
+    objects = AuditQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.username or '-'} {self.action} {self.outcome}"
+
+    def save(self, *args, **kwargs) -> None:
+        if self.pk is not None:
+            raise PermissionError("audit events are never changed")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise PermissionError("audit events are never deleted")

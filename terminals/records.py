@@ -1,0 +1,142 @@
+"""Database work of the terminal worker (synchronous; the worker runs it off its event loop, in order)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone as dt_timezone
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.utils import timezone
+
+from .audit import SYSTEM, audit
+from .models import TerminalSession, Worker
+from .runtime.errors import SessionLimitReached
+from .runtime.pty import ExitStatus
+
+Status = TerminalSession.Status
+EXITED, KILLED, TIMED_OUT, LOST = Status.EXITED, Status.KILLED, Status.TIMED_OUT, Status.LOST
+
+
+def worker_register(worker_id: str, channel: str, hostname: str, pid: int) -> Worker:
+    now = timezone.now()
+    return Worker.objects.create(id=worker_id, channel=channel, hostname=hostname, pid=pid, started=now, last_seen=now)
+
+
+def worker_beat(worker_id: str, activity: dict[str, float]) -> None:
+    """Refreshes the worker's heartbeat and the last activity of its terminals."""
+    Worker.objects.filter(pk=worker_id).update(last_seen=timezone.now())
+    if not activity:
+        return
+    rows = TerminalSession.objects.filter(pk__in=list(activity), worker_id=worker_id).only("id", "last_activity")
+    changed = []
+    for row in rows:
+        seen = datetime.fromtimestamp(activity[str(row.id)], tz=dt_timezone.utc)
+        if seen > row.last_activity:
+            row.last_activity = seen
+            changed.append(row)
+    TerminalSession.objects.bulk_update(changed, ["last_activity"])
+
+
+def worker_stop(worker_id: str, statuses: dict[str, ExitStatus | None]) -> None:
+    """Closes the records of every terminal the worker ended on its way out."""
+    for session_id, status in statuses.items():
+        session_end(session_id, status or ExitStatus(None, "SIGKILL"), KILLED, release=True, audit_action="shutdown")
+    Worker.objects.filter(pk=worker_id).update(stopped=timezone.now())
+
+
+def sessions_mark_lost() -> int:
+    """Marks lost the active terminals whose worker is gone; returns how many."""
+    live = Worker.objects.live().values_list("id", flat=True)
+    orphans = list(TerminalSession.objects.active().exclude(worker_id__in=list(live)).values_list("id", flat=True))
+    now = timezone.now()
+    for session_id in orphans:
+        if TerminalSession.objects.filter(pk=session_id, status=Status.ACTIVE).update(status=LOST, ended=now):
+            audit(SYSTEM, "lost", terminal_id=session_id, reason="its worker stopped answering")
+    return len(orphans)
+
+
+def check_user_limit(owner_id: int) -> None:
+    limit = settings.TERMINALS["MAX_PER_USER"]
+    if TerminalSession.objects.active().filter(owner_id=owner_id).count() >= limit:
+        raise SessionLimitReached(f"you already have {limit} active terminals", limit=limit)
+
+
+def session_insert(message: dict, *, pid: int, worker_id: str) -> TerminalSession:
+    owner = get_user_model().objects.get(pk=message["owner_id"])
+    return TerminalSession.objects.create(
+        id=message["id"],
+        owner=owner,
+        api_key_id=message.get("api_key_id"),
+        name=message.get("name", ""),
+        pid=pid,
+        shell=message["shell"],
+        cwd=message["cwd"],
+        cols=message["cols"],
+        rows=message["rows"],
+        worker_id=worker_id,
+    )
+
+
+def session_end(
+    session_id: str, status: ExitStatus, ended_as: str | None, *, release: bool, audit_action: str | None = None
+) -> TerminalSession:
+    """Records how a terminal ended (when ended_as is given and it was still active) and whether it was released.
+
+    audit_action names the system's audit event for an end nobody requested (exit, timeout, shutdown).
+    """
+    with transaction.atomic():
+        record = TerminalSession.objects.select_related("owner").get(pk=session_id)
+        recorded = ended_as is not None and record.mark_ended(
+            ended_as, exit_code=status.exit_code, signal=status.signal, release=release
+        )
+        if recorded and audit_action:
+            audit(SYSTEM, audit_action, terminal_id=record.id, exitCode=status.exit_code, signal=status.signal)
+        elif release and record.released is None:
+            TerminalSession.objects.filter(pk=session_id).update(released=timezone.now())
+            record.refresh_from_db()
+    return record
+
+
+def session_created_data(record: TerminalSession) -> dict:
+    return {
+        "terminalId": str(record.id),
+        "pid": record.pid,
+        "shell": record.shell,
+        "cwd": record.cwd,
+        "created": iso(record.created),
+        "status": record.status,
+        "name": record.name,
+        "cols": record.cols,
+        "rows": record.rows,
+    }
+
+
+def session_data(record: TerminalSession) -> dict:
+    """The terminal's record as the list and detail endpoints show it."""
+    return {
+        "id": str(record.id),
+        "terminalId": str(record.id),
+        "name": record.name,
+        "pid": record.pid,
+        "shell": record.shell,
+        "cwd": record.cwd,
+        "cols": record.cols,
+        "rows": record.rows,
+        "created": iso(record.created),
+        "lastActivity": iso(record.last_activity),
+        "status": record.status,
+        "exitCode": record.exit_code,
+        "signal": record.signal,
+        "ended": iso(record.ended),
+        "released": iso(record.released),
+        "owner": record.owner.get_username() if record.owner_id else None,
+        "worker": record.worker_id,
+    }
+
+
+def iso(moment) -> str | None:
+    """ISO 8601 in UTC with milliseconds and a Z, as the contract's examples show."""
+    if moment is None:
+        return None
+    return moment.astimezone(dt_timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")

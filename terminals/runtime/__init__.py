@@ -1,0 +1,1 @@
+"""The PTY runtime: plain Python, no Django."""

@@ -1,0 +1,325 @@
+"""Terminal output kept in memory, bounded in bytes and lines, addressed by absolute line and byte numbers."""
+
+from __future__ import annotations
+
+import math
+from array import array
+from bisect import bisect_left
+from dataclasses import dataclass
+
+MODES = ("full", "head", "tail", "head-tail")
+NEWLINE = 0x0A
+
+
+@dataclass(frozen=True)
+class LineRead:
+    """One slice of output by line number, as the output endpoint returns it."""
+
+    lines: list[str]  # with a "... [N lines omitted] ..." marker in head-tail mode
+    lines_shown: int
+    total_lines: int
+    next_read_from: int
+    has_more: bool
+    truncated: bool
+    lines_omitted: int
+    lines_evicted: int
+    oldest_line: int
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+
+@dataclass(frozen=True)
+class BufferStats:
+    total_lines: int
+    total_bytes: int
+    buffer_lines: int
+    buffer_bytes: int
+    oldest_line: int
+    newest_line: int
+    oldest_byte: int
+
+
+def estimate_tokens(text: str) -> int:
+    """About four characters make a token, as the REST contract says."""
+    return math.ceil(len(text) / 4)
+
+
+def decode(data: bytes | bytearray, *, at_start: bool = False, at_end: bool = False) -> str:
+    """Decodes terminal bytes, replacing invalid ones.
+
+    A slice that starts or ends inside a multi-byte character drops the broken
+    piece instead of turning it into replacement characters: at_start drops
+    leading continuation bytes, at_end drops an unfinished trailing sequence.
+    """
+    start, end = 0, len(data)
+    if at_start:
+        start = _skip_continuation_bytes(data, start, end)
+    if at_end:
+        end = utf8_boundary(data, start, end)
+    return bytes(data[start:end]).decode("utf-8", errors="replace")
+
+
+def utf8_boundary(data: bytes | bytearray, start: int, end: int) -> int:
+    """Returns the largest cut <= end that does not split a UTF-8 character."""
+    cut = end
+    # A character is at most 4 bytes, so at most 3 bytes can belong to an unfinished one.
+    while cut > start and end - cut < 4 and _is_continuation(data[cut - 1]):
+        cut -= 1
+    if cut > start and end - cut < 4:
+        lead = data[cut - 1]
+        if lead >= 0xC0 and _sequence_length(lead) > end - cut + 1:
+            return cut - 1
+    return end
+
+
+def _skip_continuation_bytes(data: bytes | bytearray, start: int, end: int) -> int:
+    limit = min(end, start + 3)
+    while start < limit and _is_continuation(data[start]):
+        start += 1
+    return start
+
+
+def _is_continuation(byte: int) -> bool:
+    return 0x80 <= byte < 0xC0
+
+
+def _sequence_length(lead: int) -> int:
+    if lead < 0xC0:
+        return 1
+    if lead >= 0xF0:
+        return 4
+    if lead >= 0xE0:
+        return 3
+    return 2
+
+
+class OutputBuffer:
+    """Keeps the newest output of one terminal.
+
+    Appending only counts newlines; the positions of lines are indexed when a
+    read needs them, so a flood costs a memcpy and a memchr per chunk, not
+    Python work per line. Lines and bytes carry absolute numbers that keep
+    counting after the oldest ones are evicted.
+    """
+
+    def __init__(self, *, max_lines: int, max_bytes: int) -> None:
+        if max_lines < 1 or max_bytes < 1:
+            raise ValueError("buffer limits must be positive")
+        self.max_lines = max_lines
+        self.max_bytes = max_bytes
+        # Eviction runs once the buffer is this far over its limit, so its cost is amortised.
+        self._slack = max(4096, max_bytes // 8)
+        self._data = bytearray()
+        self._start = 0  # absolute byte number of self._data[0]
+        self._first_line = 0  # absolute number of the line that holds self._data[0]
+        self._head_cut = False  # the first line lost its beginning to eviction
+        self._newlines = 0  # newlines ever appended = finished lines ever
+        self._index = array("q")  # absolute offsets of the newlines in [self._start, self._indexed_end)
+        self._indexed_end = 0
+
+    # Writing
+
+    def append(self, chunk: bytes) -> None:
+        if not chunk:
+            return
+        self._data += chunk
+        self._newlines += chunk.count(b"\n")
+        if len(self._data) > self.max_bytes + self._slack:
+            self._evict_to(self.end - self.max_bytes, whole_lines=True)
+
+    # Positions
+
+    @property
+    def end(self) -> int:
+        """Absolute number of the next byte to arrive = bytes ever appended."""
+        return self._start + len(self._data)
+
+    @property
+    def oldest_byte(self) -> int:
+        self._apply_line_limit()
+        return self._start
+
+    @property
+    def finished_lines(self) -> int:
+        return self._newlines
+
+    @property
+    def total_lines(self) -> int:
+        """Lines ever seen, counting an unfinished last line."""
+        return self._newlines + (1 if self._has_partial_line() else 0)
+
+    def stats(self) -> BufferStats:
+        self._apply_line_limit()
+        total = self.total_lines
+        return BufferStats(
+            total_lines=total,
+            total_bytes=self.end,
+            buffer_lines=total - self._first_line,
+            buffer_bytes=len(self._data),
+            oldest_line=self._first_line,
+            newest_line=total - 1,
+            oldest_byte=self._start,
+        )
+
+    # Reading by line
+
+    def read_lines(
+        self,
+        *,
+        since: int | None = None,
+        mode: str = "full",
+        head_lines: int = 50,
+        tail_lines: int = 50,
+        max_lines: int = 1000,
+    ) -> LineRead:
+        """Returns a slice of lines from `since` (default: the oldest held), shaped by `mode`.
+
+        next_read_from only ever passes finished lines, so polling with it
+        returns every finished line once; an unfinished last line is shown
+        and shown again once it is finished.
+        """
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}")
+        self._apply_line_limit()
+        self._index_new_lines()
+        oldest, finished_end, total = self._first_line, self._newlines, self.total_lines
+        requested = oldest if since is None else since
+        evicted = max(0, oldest - requested)
+        start = min(max(requested, oldest), total)
+        count = total - start
+        shown, gap_at, gap = self._choose(mode, count, head_lines, tail_lines, max_lines)
+        lines = [self._line_text(start + offset) for offset in shown]
+        if gap:
+            lines.insert(gap_at, f"... [{gap} lines omitted] ...")
+        if mode in ("tail", "head-tail"):
+            next_read_from = finished_end
+        else:
+            next_read_from = min(start + len(shown), finished_end)
+        omitted = count - len(shown)
+        cut_first = self._head_cut and start == oldest and bool(shown) and shown[0] == 0
+        return LineRead(
+            lines=lines,
+            lines_shown=len(shown),
+            total_lines=total,
+            next_read_from=next_read_from,
+            has_more=next_read_from < finished_end,
+            truncated=evicted > 0 or omitted > 0 or cut_first,
+            lines_omitted=omitted,
+            lines_evicted=evicted,
+            oldest_line=oldest,
+        )
+
+    @staticmethod
+    def _choose(mode: str, count: int, head: int, tail: int, limit: int) -> tuple[list[int], int, int]:
+        """Returns (offsets shown, where a head-tail gap marker goes, lines in that gap)."""
+        if mode == "full":
+            return list(range(min(count, limit))), 0, 0
+        if mode == "head":
+            return list(range(min(count, head, limit))), 0, 0
+        if mode == "tail":
+            keep = min(count, tail, limit)
+            return list(range(count - keep, count)), 0, 0
+        head = min(head, limit)
+        tail = min(tail, limit - head)
+        if count <= head + tail:
+            return list(range(count)), 0, 0
+        return list(range(head)) + list(range(count - tail, count)), head, count - head - tail
+
+    def _line_text(self, number: int) -> str:
+        begin, end, finished = self._line_span(number)
+        data = self._data
+        first = number == self._first_line
+        if finished and end > begin and data[end - 1 - self._start] == 0x0D:
+            end -= 1  # the PTY ends lines with \r\n
+        return decode(
+            memoryview(data)[begin - self._start : end - self._start],
+            at_start=first and self._head_cut,
+            at_end=not finished,
+        )
+
+    def _line_span(self, number: int) -> tuple[int, int, bool]:
+        """Returns (start byte, end byte, finished) of a held line; end excludes the newline."""
+        i = number - self._first_line
+        begin = self._start if i == 0 else self._index[i - 1] + 1
+        if i < len(self._index):
+            return begin, self._index[i], True
+        return begin, self.end, False
+
+    # Reading by byte
+
+    def read_bytes(self, from_byte: int, max_bytes: int) -> tuple[bytes, int, bool]:
+        """Returns (data, start, truncated): up to max_bytes from from_byte, cut at a character boundary.
+
+        truncated is true when from_byte was already evicted and reading
+        started at the oldest byte held.
+        """
+        self._apply_line_limit()
+        truncated = from_byte < self._start
+        start = min(max(from_byte, self._start), self.end)
+        stop = min(start + max_bytes, self.end)
+        local_start, local_stop = start - self._start, stop - self._start
+        if stop < self.end:
+            cut = utf8_boundary(self._data, local_start, local_stop)
+            # A limit smaller than one character still returns that character, so a reader never stalls.
+            local_stop = cut if cut > local_start else min(local_start + _sequence_length(self._data[local_start]), len(self._data))
+        return bytes(self._data[local_start:local_stop]), start, truncated
+
+    # Eviction and indexing
+
+    def _has_partial_line(self) -> bool:
+        return bool(self._data) and self._data[-1] != NEWLINE
+
+    def _apply_line_limit(self) -> None:
+        excess = (self._newlines - self._first_line) - self.max_lines
+        if excess > 0:
+            self._evict_to(self._start_of_line(self._first_line + excess), whole_lines=False)
+
+    def _start_of_line(self, number: int) -> int:
+        """Absolute start of a held line, scanning from whichever end of the buffer is nearer."""
+        index_count = len(self._index)
+        skip = number - self._first_line
+        if skip <= index_count:
+            return self._index[skip - 1] + 1
+        keep = self._newlines - number  # newlines after the start of that line
+        if skip <= keep:
+            return self._scan_forward(skip)
+        return self._scan_backward(keep)
+
+    def _scan_forward(self, newlines: int) -> int:
+        position = -1
+        for _ in range(newlines):
+            position = self._data.index(b"\n", position + 1)
+        return self._start + position + 1
+
+    def _scan_backward(self, newlines: int) -> int:
+        position = len(self._data)
+        for _ in range(newlines + 1):
+            position = self._data.rindex(b"\n", 0, position)
+        return self._start + position + 1
+
+    def _evict_to(self, cut: int, *, whole_lines: bool) -> None:
+        """Drops every byte before the absolute offset cut (moved to a line start when one is near)."""
+        local = cut - self._start
+        if local <= 0:
+            return
+        if whole_lines:
+            newline = self._data.find(b"\n", local - 1, local + 4096)
+            self._head_cut = newline < 0
+            local = local if newline < 0 else newline + 1
+        else:
+            self._head_cut = False
+        self._first_line += self._data.count(b"\n", 0, local)
+        del self._data[:local]
+        self._start += local
+        del self._index[: bisect_left(self._index, self._start)]
+        self._indexed_end = max(self._indexed_end, self._start)
+
+    def _index_new_lines(self) -> None:
+        data, index, base = self._data, self._index, self._start
+        position = data.find(b"\n", self._indexed_end - base)
+        while position >= 0:
+            index.append(base + position)
+            position = data.find(b"\n", position + 1)
+        self._indexed_end = self.end

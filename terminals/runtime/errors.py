@@ -1,0 +1,48 @@
+"""Failures the terminal runtime reports; each carries the error code the API shows for it."""
+
+
+class TerminalError(Exception):
+    """Base of every runtime failure."""
+
+    code = "INTERNAL_ERROR"
+
+    def __init__(self, message: str, **details: object) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+
+class SessionNotFound(TerminalError):
+    """No live terminal has that id in this worker."""
+
+    code = "TERMINAL_NOT_FOUND"
+
+
+class SessionInactive(TerminalError):
+    """The terminal's process has ended, so it takes no more input or signals."""
+
+    code = "TERMINAL_INACTIVE"
+
+
+class SessionLimitReached(TerminalError):
+    """The worker already hosts as many terminals as it may."""
+
+    code = "LIMIT_REACHED"
+
+
+class SpawnFailed(TerminalError):
+    """The shell or program could not be started."""
+
+    code = "INVALID_INPUT"
+
+
+class WriteFailed(TerminalError):
+    """Input could not be delivered to the terminal."""
+
+    code = "WRITE_FAILED"
+
+
+class KillFailed(TerminalError):
+    """The terminal's processes could not be signalled."""
+
+    code = "KILL_FAILED"

@@ -1,0 +1,125 @@
+"""The terminals one worker hosts: creation within limits, lookup, idle expiry and shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .buffer import OutputBuffer
+from .errors import SessionLimitReached, SessionNotFound
+from .pty import ExitStatus, PtySession, SpawnSpec
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_sessions: int = 1000
+    buffer_lines: int = 10_000
+    buffer_bytes: int = 4 << 20
+    max_pending_input: int = 1 << 20
+    idle_timeout: float = 24 * 3600.0  # seconds without input or output
+    kill_grace: float = 3.0  # seconds between the requested signal and SIGKILL
+
+
+class SessionManager:
+    """Owns every PtySession of one worker, by id."""
+
+    def __init__(
+        self,
+        *,
+        limits: Limits = Limits(),
+        clock: Callable[[], float] = time.time,
+        on_exit: Callable[[str, ExitStatus], None] | None = None,
+    ) -> None:
+        self.limits = limits
+        self.clock = clock
+        self._on_exit = on_exit
+        self._sessions: dict[str, PtySession] = {}
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def __contains__(self, session_id: str) -> bool:
+        return session_id in self._sessions
+
+    @property
+    def active_count(self) -> int:
+        return sum(1 for session in self._sessions.values() if session.is_alive)
+
+    def create(self, session_id: str, spec: SpawnSpec) -> PtySession:
+        """Starts a terminal; raises SessionLimitReached or SpawnFailed."""
+        if self.active_count >= self.limits.max_sessions:
+            raise SessionLimitReached(
+                f"this worker already hosts {self.limits.max_sessions} terminals",
+                limit=self.limits.max_sessions,
+            )
+        buffer = OutputBuffer(max_lines=self.limits.buffer_lines, max_bytes=self.limits.buffer_bytes)
+        session = PtySession(
+            spec,
+            buffer=buffer,
+            max_pending_input=self.limits.max_pending_input,
+            clock=self.clock,
+            on_exit=lambda ended: self._report_exit(session_id, ended),
+        )
+        session.start()
+        self._sessions[session_id] = session
+        return session
+
+    def get(self, session_id: str) -> PtySession:
+        try:
+            return self._sessions[session_id]
+        except KeyError:
+            raise SessionNotFound(f"terminal {session_id} is not hosted here", terminal_id=session_id) from None
+
+    def _report_exit(self, session_id: str, session: PtySession) -> None:
+        if self._on_exit is not None and session.exit_status is not None and not session.terminating:
+            self._on_exit(session_id, session.exit_status)
+
+    async def terminate(
+        self, session_id: str, signum: int = signal.SIGTERM, grace: float | None = None
+    ) -> ExitStatus | None:
+        """Ends the terminal's processes and frees it; returns how its first process ended."""
+        session = self.get(session_id)
+        status = session.exit_status
+        if session.is_alive:
+            status = await session.terminate(signum, self.limits.kill_grace if grace is None else grace)
+        self.release(session_id)
+        return status
+
+    def release(self, session_id: str) -> None:
+        """Frees an ended terminal's PTY and buffer."""
+        session = self._sessions.pop(session_id, None)
+        if session is not None:
+            session.close()
+
+    def idle_sessions(self) -> list[str]:
+        """Returns the ids of live terminals without input or output for longer than the idle timeout."""
+        cutoff = self.clock() - self.limits.idle_timeout
+        return [
+            session_id
+            for session_id, session in self._sessions.items()
+            if session.is_alive and session.last_activity < cutoff
+        ]
+
+    def items(self) -> list[tuple[str, PtySession]]:
+        return list(self._sessions.items())
+
+    async def shutdown(self, grace: float = 2.0) -> dict[str, ExitStatus | None]:
+        """Ends every terminal at once and frees them all."""
+        ids = list(self._sessions)
+        results = await asyncio.gather(
+            *(self.terminate(session_id, signal.SIGTERM, grace) for session_id in ids),
+            return_exceptions=True,
+        )
+        statuses = {}
+        for session_id, result in zip(ids, results, strict=True):
+            if isinstance(result, BaseException):
+                logger.error("ending terminal %s failed: %r", session_id, result)
+                result = None
+            statuses[session_id] = result
+        return statuses

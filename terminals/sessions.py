@@ -1,0 +1,179 @@
+"""Use cases shared by the REST views (and later the live consumers): every one checks access, audits and talks to the worker."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from . import protocol, worker_client
+from .audit import Actor, audit
+from .environment import build_env, resolve_cwd, resolve_shell, shell_argv, validate_env
+from .exceptions import InvalidInput, ServiceError, TerminalInactive, TerminalNotFound, WorkerUnavailable
+from .models import TerminalSession
+from .records import session_data
+
+STARTED = time.monotonic()
+
+
+# Looking terminals up
+
+
+def session_get_for(*, user, terminal_id) -> TerminalSession:
+    """The only way to fetch a terminal: another user's id answers exactly like an unknown one."""
+    try:
+        key = uuid.UUID(str(terminal_id))
+    except ValueError:
+        raise TerminalNotFound(f"Terminal {terminal_id} not found") from None
+    record = TerminalSession.objects.visible_to(user).select_related("worker", "owner").filter(pk=key).first()
+    if record is None:
+        raise TerminalNotFound(f"Terminal {terminal_id} not found")
+    return record
+
+
+def session_list(*, user, status: str = "active", session_filter: dict | None = None) -> list[dict]:
+    records = TerminalSession.objects.visible_to(user).select_related("owner")
+    if status == "active":
+        records = records.active()
+    elif status != "all":
+        records = records.filter(status=status)
+    return [session_data(record) for record in records.filter(**(session_filter or {}))]
+
+
+def session_detail(*, user, terminal_id) -> dict:
+    return session_data(session_get_for(user=user, terminal_id=terminal_id))
+
+
+# Talking to the terminal's worker
+
+
+def _hosting_channel(record: TerminalSession) -> str:
+    if not record.holds_output:
+        raise TerminalInactive(
+            f"Terminal {record.id} was {('released' if record.released else record.status)}",
+            {"status": record.status},
+        )
+    if record.worker is None or not record.worker.is_live():
+        raise WorkerUnavailable(f"The worker hosting terminal {record.id} is not answering", {"terminalId": str(record.id)})
+    return record.worker.channel
+
+
+def _ask_worker(record: TerminalSession, message_type: str, **fields) -> dict:
+    try:
+        return worker_client.request_sync(_hosting_channel(record), message_type, id=str(record.id), **fields)
+    except TerminalNotFound:
+        # The record exists but its worker no longer holds it: it ended and was freed.
+        raise TerminalInactive(f"Terminal {record.id} is no longer held by its worker") from None
+
+
+# Use cases
+
+
+def session_create(*, actor: Actor, shell=None, cwd=None, env=None, cols=80, rows=24, name="") -> dict:
+    shell_path = resolve_shell(shell)
+    directory = resolve_cwd(cwd)
+    requested_env = validate_env(env or {})
+    terminal_id = str(uuid.uuid4())
+    data = worker_client.request_sync(
+        protocol.CREATE_CHANNEL,
+        protocol.CREATE,
+        id=terminal_id,
+        owner_id=actor.user.pk,
+        api_key_id=actor.api_key.pk if actor.api_key is not None else None,
+        name=name or "",
+        shell=shell_path,
+        argv=shell_argv(shell_path),
+        cwd=directory,
+        env=build_env(requested_env, shell=shell_path),
+        cols=cols,
+        rows=rows,
+    )
+    audit(actor, "create", terminal_id=terminal_id, shell=shell_path, cwd=directory, name=name or "", pid=data["pid"],
+          env=sorted(requested_env))
+    return data
+
+
+def normalize_input(text: str, *, append_newline: bool = True) -> str:
+    """Adds the Enter key, as the contract asks, unless the input already ends a line or is a control key."""
+    if not append_newline:
+        return text
+    if text.endswith(("\n", "\r")) or (text and _is_control_key(text)):
+        return text
+    return text + "\n"
+
+
+def _is_control_key(text: str) -> bool:
+    # "\x03" (Ctrl-C), "\x04", "\x1b[A" (an arrow key): keystrokes, not commands to run.
+    first = ord(text[0])
+    return (first < 0x20 and text[0] not in "\t") or first == 0x7F
+
+
+def session_write(*, actor: Actor, terminal_id, text: str, append_newline: bool = True) -> dict:
+    record = session_get_for(user=actor.user, terminal_id=terminal_id)
+    if not record.is_active:
+        raise TerminalInactive(f"Terminal {record.id} is {record.status}", {"status": record.status})
+    data = normalize_input(text, append_newline=append_newline)
+    if len(data.encode("utf-8", errors="surrogatepass")) > settings.TERMINALS["MAX_INPUT_BYTES"]:
+        raise InvalidInput(
+            f"input: longer than {settings.TERMINALS['MAX_INPUT_BYTES']} bytes", {"field": "input"}
+        )
+    # The audit row is written before the bytes reach the terminal.
+    audit(actor, "input", terminal_id=record.id, outcome="sent", input=data)
+    reply = _ask_worker(record, protocol.INPUT, data=data)
+    TerminalSession.objects.filter(pk=record.pk).update(last_activity=timezone.now())
+    return {"terminalId": str(record.id), **reply}
+
+
+def session_read(*, actor: Actor, terminal_id, options: dict) -> dict:
+    record = session_get_for(user=actor.user, terminal_id=terminal_id)
+    data = _ask_worker(record, protocol.OUTPUT, **options)
+    return {"terminalId": str(record.id), **data}
+
+
+def session_stats(*, actor: Actor, terminal_id) -> dict:
+    record = session_get_for(user=actor.user, terminal_id=terminal_id)
+    return _ask_worker(record, protocol.STATS)
+
+
+def session_terminate(*, actor: Actor, terminal_id, signal: str = "SIGTERM", grace: float | None = None) -> dict:
+    record = session_get_for(user=actor.user, terminal_id=terminal_id)
+    try:
+        data = _ask_worker(record, protocol.TERMINATE, signal=signal, grace=grace)
+    except ServiceError as error:
+        audit(actor, "delete", terminal_id=record.id, outcome=error.default_code, signal=signal)
+        raise
+    audit(actor, "delete", terminal_id=record.id, signal=signal, exitCode=data["exitCode"], endSignal=data["signal"])
+    return data
+
+
+def health() -> dict:
+    """Whether the database and a worker answer; never raises."""
+    database_ok = _database_answers()
+    try:
+        ping = worker_client.request_sync(protocol.CREATE_CHANNEL, protocol.PING, timeout=2.0)
+        worker = {"ok": True, "id": ping["worker"]}
+    except ServiceError as error:
+        worker = {"ok": False, "error": error.default_code}
+    active = TerminalSession.objects.active().count() if database_ok else None
+    return {
+        "status": "healthy" if database_ok and worker["ok"] else "degraded",
+        "uptime": round(time.monotonic() - STARTED, 3),
+        "activeTerminals": active,
+        "version": settings.VERSION,
+        "worker": worker,
+        "database": {"ok": database_ok},
+    }
+
+
+def _database_answers() -> bool:
+    try:
+        connection.ensure_connection()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return True
+    except Exception:  # noqa: BLE001 - health reports, it does not fail
+        return False
+

@@ -1,0 +1,150 @@
+"""Thin DRF viewsets: parse the request, call one use case in sessions.py, wrap the result in the envelope."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, pagination, permissions, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from . import serializers as s
+from . import sessions
+from .audit import Actor
+from .models import AuditEvent
+from .throttling import ApiKeyRateThrottle, CreateRateThrottle
+
+ERRORS = {code: s.ErrorEnvelope for code in (400, 401, 404, 409, 429, 500, 503)}
+TERMINAL_ID = OpenApiParameter("id", str, OpenApiParameter.PATH, description="The terminal's id (terminalId)")
+
+
+def ok(data=None, *, status: int = 200, message: str | None = None) -> Response:
+    body = {"success": True}
+    if message is not None:
+        body["message"] = message
+    if data is not None:
+        body["data"] = data
+    return Response(body, status=status)
+
+
+def valid(serializer_class, data) -> dict:
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+@extend_schema(tags=["terminals"], parameters=[TERMINAL_ID])
+class TerminalViewSet(viewsets.ViewSet):
+    """The seven endpoints of the REST contract, minus health."""
+
+    lookup_value_regex = "[^/]+"
+    throttle_classes = [ApiKeyRateThrottle, CreateRateThrottle]
+
+    @extend_schema(parameters=[s.ListQuerySerializer], responses={200: s.enveloped(s.TerminalListSerializer), **ERRORS})
+    def list(self, request):
+        query = valid(s.ListQuerySerializer, request.query_params)
+        terminals = sessions.session_list(user=request.user, status=query["status"])
+        return ok({"terminals": terminals, "count": len(terminals)})
+
+    @extend_schema(request=s.TerminalCreateSerializer, responses={201: s.enveloped(s.TerminalCreatedSerializer), **ERRORS})
+    def create(self, request):
+        data = valid(s.TerminalCreateSerializer, request.data)
+        created = sessions.session_create(actor=Actor.from_request(request), **data)
+        return ok(created, status=201)
+
+    @extend_schema(responses={200: s.enveloped(s.TerminalSerializer), **ERRORS})
+    def retrieve(self, request, pk=None):
+        return ok(sessions.session_detail(user=request.user, terminal_id=pk))
+
+    @extend_schema(
+        request=s.TerminateSerializer,
+        parameters=[OpenApiParameter("signal", str, enum=s.SIGNALS, description="Also accepted in the body")],
+        responses={200: s.enveloped(s.TerminalSerializer, message=True), **ERRORS},
+    )
+    def destroy(self, request, pk=None):
+        body = request.data if isinstance(request.data, dict) else {}
+        data = valid(s.TerminateSerializer, {**request.query_params.dict(), **body})
+        ended = sessions.session_terminate(actor=Actor.from_request(request), terminal_id=pk, signal=data["signal"])
+        return ok(ended, message="Terminal terminated successfully")
+
+    @extend_schema(request=s.TerminalInputSerializer, responses={200: s.enveloped(s.InputResultSerializer, message=True), **ERRORS})
+    @action(detail=True, methods=["post"])
+    def input(self, request, pk=None):
+        data = valid(s.TerminalInputSerializer, request.data)
+        sent = sessions.session_write(
+            actor=Actor.from_request(request), terminal_id=pk, text=data["input"], append_newline=data["appendNewline"]
+        )
+        return ok(sent, message="Input sent successfully")
+
+    @extend_schema(parameters=[s.OutputQuerySerializer], responses={200: s.enveloped(s.OutputSerializer), **ERRORS})
+    @action(detail=True, methods=["get"])
+    def output(self, request, pk=None):
+        query = s.OutputQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        return ok(sessions.session_read(actor=Actor.from_request(request), terminal_id=pk, options=query.options()))
+
+    @extend_schema(responses={200: s.enveloped(s.StatsSerializer), **ERRORS})
+    @action(detail=True, methods=["get"])
+    def stats(self, request, pk=None):
+        return ok(sessions.session_stats(actor=Actor.from_request(request), terminal_id=pk))
+
+
+class HealthView(APIView):
+    """Liveness of the service, its database and its worker; needs no key."""
+
+    authentication_classes: list = []
+    permission_classes = [permissions.AllowAny]
+    throttle_classes: list = []
+    audit_action = "health"
+
+    @extend_schema(tags=["health"], responses={200: s.enveloped(s.HealthSerializer), 503: s.enveloped(s.HealthSerializer)})
+    def get(self, request):
+        report = sessions.health()
+        return ok(report, status=200 if report["status"] == "healthy" else 503)
+
+
+class AuditPagination(pagination.PageNumberPagination):
+    page_size = 100
+    page_size_query_param = "pageSize"
+    max_page_size = 1000
+
+    def get_paginated_response(self, data):
+        return ok({"count": self.page.paginator.count, "next": self.get_next_link(),
+                   "previous": self.get_previous_link(), "events": data})
+
+    def get_paginated_response_schema(self, schema):
+        return {
+            "type": "object",
+            "properties": {
+                "success": {"type": "boolean"},
+                "data": {
+                    "type": "object",
+                    "properties": {
+                        "count": {"type": "integer"},
+                        "next": {"type": "string", "nullable": True},
+                        "previous": {"type": "string", "nullable": True},
+                        "events": schema,
+                    },
+                },
+            },
+        }
+
+
+@extend_schema(tags=["audit"], parameters=[s.AuditQuerySerializer])
+class AuditViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    """The audit trail: staff see every event, others their own."""
+
+    serializer_class = s.AuditEventSerializer
+    pagination_class = AuditPagination
+    audit_action = "audit"
+
+    def get_queryset(self):
+        query = valid(s.AuditQuerySerializer, self.request.query_params)
+        events = AuditEvent.objects.visible_to(self.request.user)
+        filters = {
+            "terminal_id": query.get("terminal"),
+            "action": query.get("action"),
+            "at__gte": query.get("since"),
+            "at__lt": query.get("until"),
+        }
+        return events.filter(**{name: value for name, value in filters.items() if value is not None})

@@ -1,0 +1,51 @@
+"""Sending a request to a terminal worker over the channel layer and waiting, with a deadline, for its reply."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from asgiref.sync import async_to_sync
+from channels.exceptions import ChannelFull
+from channels.layers import get_channel_layer
+from django.conf import settings
+
+from . import protocol
+from .exceptions import WorkerUnavailable, from_code
+
+logger = logging.getLogger(__name__)
+
+
+def default_timeout() -> float:
+    return settings.TERMINALS["WORKER_TIMEOUT_MS"] / 1000
+
+
+async def request(channel: str, message_type: str, timeout: float | None = None, **fields) -> dict:
+    """Returns the worker's reply data; raises the error it reported, or WorkerUnavailable."""
+    timeout = default_timeout() if timeout is None else timeout
+    layer = get_channel_layer()
+    try:
+        return await asyncio.wait_for(_exchange(layer, channel, message_type, timeout, fields), timeout)
+    except (TimeoutError, ChannelFull, OSError) as error:
+        # OSError covers a Redis that is down or unreachable.
+        logger.warning("worker request %s to %s failed: %r", message_type, channel, error)
+        raise WorkerUnavailable(
+            f"No terminal worker answered within {timeout:g} s", {"request": message_type}
+        ) from None
+
+
+async def _exchange(layer, channel: str, message_type: str, timeout: float, fields: dict) -> dict:
+    reply_to = await layer.new_channel(protocol.REPLY_PREFIX)
+    message = {"type": message_type, "reply_to": reply_to, "deadline": time.time() + timeout, **fields}
+    await layer.send(channel, message)
+    reply = await layer.receive(reply_to)
+    if reply.get("ok"):
+        return reply["data"]
+    error = reply.get("error") or {}
+    raise from_code(error.get("code", "INTERNAL_ERROR"), error.get("message", "Worker error"), error.get("details"))
+
+
+def request_sync(channel: str, message_type: str, timeout: float | None = None, **fields) -> dict:
+    """request() for synchronous code such as DRF views."""
+    return async_to_sync(request)(channel, message_type, timeout, **fields)
