@@ -1,0 +1,100 @@
+"""The shared fixture world: users with keys (alice, bob, staff, a revoked one), real servers, clients."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+
+from terminals.models import ApiKey
+
+from .client import Api
+from .servers import start_embedded, start_split
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_blocker):
+    """The tests share one real database file with the servers they start, so nothing is renamed or flushed."""
+    with django_db_blocker.unblock():
+        call_command("migrate", interactive=False, verbosity=0)
+
+
+@pytest.fixture
+def orm(django_db_setup, django_db_blocker):
+    """Direct database access for assertions on rows the servers wrote."""
+    with django_db_blocker.unblock():
+        yield
+
+
+def make_key(*, staff: bool = False, revoked: bool = False, name: str = "") -> tuple[object, str]:
+    user = get_user_model().objects.create(username=f"{name or 'user'}-{uuid.uuid4().hex[:8]}", is_staff=staff)
+    record, key = ApiKey.objects.create_key(user=user, name=name)
+    if revoked:
+        record.revoke()
+    return user, key
+
+
+@pytest.fixture(scope="session")
+def keys(django_db_setup, django_db_blocker) -> dict[str, str]:
+    """Plaintext keys by role; the users are made fresh for each test run."""
+    with django_db_blocker.unblock():
+        return {
+            "alice": make_key(name="alice")[1],
+            "bob": make_key(name="bob")[1],
+            "staff": make_key(name="staff", staff=True)[1],
+            "revoked": make_key(name="revoked", revoked=True)[1],
+        }
+
+
+@pytest.fixture(scope="session")
+def embedded_server(django_db_setup):
+    server = start_embedded()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def split_server(django_db_setup):
+    server = start_split(webs=2, workers=2)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session", params=["embedded", "split"])
+def server(request):
+    """Each end-to-end test runs against both deployments."""
+    return request.getfixturevalue(f"{request.param}_server")
+
+
+def _client(server, key):
+    api = Api(server.url, key)
+    yield api
+    api.cleanup()
+
+
+@pytest.fixture
+def alice(embedded_server, keys):
+    yield from _client(embedded_server, keys["alice"])
+
+
+@pytest.fixture
+def bob(embedded_server, keys):
+    yield from _client(embedded_server, keys["bob"])
+
+
+@pytest.fixture
+def staff(embedded_server, keys):
+    yield from _client(embedded_server, keys["staff"])
+
+
+@pytest.fixture
+def anonymous(embedded_server):
+    yield from _client(embedded_server, None)
+
+
+@pytest.fixture
+def client(server, keys):
+    """Alice's client on whichever deployment the test is parametrised with."""
+    yield from _client(server, keys["alice"])
