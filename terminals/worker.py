@@ -84,9 +84,9 @@ class DatabaseQueue:
 class TerminalWorker:
     """Hosts terminals for the web processes that talk to it over the channel layer."""
 
-    def __init__(self, *, limits: Limits | None = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, *, limits: Limits | None = None, clock: Callable[[], float] = time.time, layer=None) -> None:
         self.id = uuid.uuid4().hex
-        self.layer = get_channel_layer()
+        self.layer = layer or get_channel_layer()
         self.channel = ""
         self.manager = SessionManager(limits=limits or limits_from_settings(), clock=clock, on_exit=self._on_exit)
         self.database = DatabaseQueue()

@@ -77,8 +77,14 @@ class ServiceProcess:
         return self.process.returncode
 
 
+# Shells in the tests start from an empty home, so the machine's own dotfiles
+# (a pyenv init waiting on a rehash lock, say) cannot change what they print.
+TEST_HOME = tempfile.mkdtemp(prefix="terminals-home-")
+
+
 def service_env(**overrides: str) -> dict[str, str]:
     env = dict(os.environ)
+    env["HOME"] = TEST_HOME
     env["DJANGO_SETTINGS_MODULE"] = "config.settings"
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("TERMINALS_THROTTLE_RATE", "100000/min")
@@ -95,6 +101,8 @@ class Server:
     mode: str
     processes: list[ServiceProcess] = field(default_factory=list)
     redis: ServiceProcess | None = None
+    redis_url: str = ""
+    urls: list[str] = field(default_factory=list)
 
     def process(self, name: str) -> ServiceProcess:
         return next(process for process in self.processes if process.name == name)
@@ -139,7 +147,7 @@ def start_split(*, webs: int = 1, workers: int = 1, **env: str) -> Server:
     redis, redis_url = start_redis()
     environment = service_env(REDIS_URL=redis_url, **env)
     subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=environment, check=True)
-    server = Server(url="", mode="split", redis=redis)
+    server = Server(url="", mode="split", redis=redis, redis_url=redis_url)
     for number in range(workers):
         worker = ServiceProcess(f"worker{number}", [sys.executable, "manage.py", "terminal_worker"], environment)
         server.processes.append(worker)
@@ -154,8 +162,7 @@ def start_split(*, webs: int = 1, workers: int = 1, **env: str) -> Server:
         )
         server.processes.append(web)
         urls.append(f"http://127.0.0.1:{port}")
-    server.url = urls[0]
-    server.urls = urls  # type: ignore[attr-defined]
+    server.url, server.urls = urls[0], urls
     for url in urls:
         wait_healthy(Server(url=url, mode="split"))
     return server

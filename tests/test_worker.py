@@ -1,0 +1,136 @@
+"""The worker's own steps, run in this process on an in-memory channel layer: idle sweep, lost terminals, bad requests."""
+
+import asyncio
+import os
+import time
+
+import pytest
+from channels.layers import InMemoryChannelLayer
+
+from terminals import protocol
+from terminals.models import AuditEvent, TerminalSession, Worker
+from terminals.runtime.manager import Limits
+from terminals.worker import TerminalWorker
+
+from .conftest import make_key
+
+ENV = {"PATH": os.environ["PATH"], "PS1": "$ ", "TERM": "xterm-256color", "HOME": "/tmp"}
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def create_message(owner, **overrides) -> dict:
+    import uuid
+
+    message = {
+        "id": str(uuid.uuid4()),
+        "owner_id": owner.pk,
+        "api_key_id": None,
+        "name": "",
+        "shell": "/bin/bash",
+        "argv": ["/bin/bash", "--norc", "--noprofile"],
+        "cwd": "/tmp",
+        "env": ENV,
+        "cols": 80,
+        "rows": 24,
+    }
+    message.update(overrides)
+    return message
+
+
+def run(scenario):
+    return asyncio.run(asyncio.wait_for(scenario, 60))
+
+
+async def with_worker(body, *, clock=time.time, limits=None):
+    worker = TerminalWorker(layer=InMemoryChannelLayer(), clock=clock, limits=limits)
+    await worker.start()
+    try:
+        return await body(worker)
+    finally:
+        await worker.shutdown()
+
+
+def test_sweep_ends_idle_terminals_and_marks_them_timed_out(orm):
+    """A terminal idle past the session timeout is ended by the sweep, marked timed_out and audited."""
+    owner, _ = make_key()
+    clock = Clock()
+    limits = Limits(idle_timeout=60.0)
+
+    async def body(worker):
+        idle = await worker.handle_create(create_message(owner))
+        busy = await worker.handle_create(create_message(owner))
+        clock.now += 30
+        assert await worker.sweep_idle() == 0
+        worker.manager.get(busy["terminalId"]).last_activity = clock.now
+        clock.now += 31
+        assert await worker.sweep_idle() == 1
+        return idle["terminalId"], busy["terminalId"]
+
+    idle_id, busy_id = run(with_worker(body, clock=clock, limits=limits))
+    idle = TerminalSession.objects.get(pk=idle_id)
+    assert idle.status == TerminalSession.Status.TIMED_OUT
+    assert idle.released is not None
+    assert AuditEvent.objects.filter(terminal_id=idle_id, action="timeout").count() == 1
+    # The busy one ran until the worker shut down.
+    assert TerminalSession.objects.get(pk=busy_id).status == TerminalSession.Status.KILLED
+
+
+def test_start_marks_terminals_of_departed_workers_lost(orm):
+    """A worker that starts marks lost the active terminals whose worker stopped beating."""
+    owner, _ = make_key()
+    from django.utils import timezone
+
+    long_ago = timezone.now() - timezone.timedelta(hours=1)
+    gone = Worker.objects.create(id="gone" + os.urandom(4).hex(), channel="x", hostname="h", pid=1, started=long_ago, last_seen=long_ago)
+    orphan = TerminalSession.objects.create(owner=owner, shell="/bin/sh", cwd="/", worker=gone, pid=None)
+
+    run(with_worker(lambda worker: asyncio.sleep(0)))
+
+    orphan.refresh_from_db()
+    assert orphan.status == TerminalSession.Status.LOST
+    assert orphan.ended is not None
+    assert AuditEvent.objects.filter(terminal_id=orphan.id, action="lost").exists() is True
+
+
+def test_worker_answers_unknown_requests_with_an_error_and_drops_expired_ones(orm):
+    """An unknown request type gets an error reply; a request whose caller gave up gets none."""
+
+    async def body(worker):
+        layer = worker.layer
+        reply_to = await layer.new_channel("test.")
+        await worker.dispatch({"type": "terminal.bogus", "reply_to": reply_to, "deadline": time.time() + 5})
+        reply = await asyncio.wait_for(layer.receive(reply_to), 5)
+        late = await layer.new_channel("test.")
+        await worker.dispatch({"type": protocol.PING, "reply_to": late, "deadline": time.time() - 1})
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(layer.receive(late), 0.3)
+        return reply
+
+    reply = run(with_worker(body))
+    assert reply["ok"] is False
+    assert reply["error"]["code"] == "INTERNAL_ERROR"
+
+
+def test_worker_refuses_creation_past_the_per_user_limit(orm, settings):
+    """The per-user limit is checked by the worker against the database."""
+    settings.TERMINALS = {**settings.TERMINALS, "MAX_PER_USER": 1}
+    owner, _ = make_key()
+
+    async def body(worker):
+        await worker.handle_create(create_message(owner))
+        reply_to = await worker.layer.new_channel("test.")
+        await worker.dispatch({**create_message(owner), "type": protocol.CREATE, "reply_to": reply_to})
+        return await asyncio.wait_for(worker.layer.receive(reply_to), 5)
+
+    reply = run(with_worker(body))
+    assert reply["ok"] is False
+    assert reply["error"]["code"] == "LIMIT_REACHED"
