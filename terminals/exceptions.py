@@ -194,5 +194,8 @@ def exception_handler(exc: Exception, context: dict) -> Response:
         headers["WWW-Authenticate"] = "Api-Key"
     request = context.get("request")
     if request is not None:
-        audit_refusal(request, context.get("view"), error)
+        try:
+            audit_refusal(request, context.get("view"), error)
+        except Exception:  # noqa: BLE001 - the refusal is still answered when the audit cannot be written
+            logger.exception("auditing a refused request failed")
     return Response(envelope(error.default_code, error.message, error.details), status=error.status_code, headers=headers)

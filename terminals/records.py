@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timezone as dt_timezone
 
 from django.conf import settings
@@ -45,15 +46,33 @@ def worker_stop(worker_id: str, statuses: dict[str, ExitStatus | None]) -> None:
     Worker.objects.filter(pk=worker_id).update(stopped=timezone.now())
 
 
-def sessions_mark_lost() -> int:
-    """Marks lost the active terminals whose worker is gone; returns how many."""
-    live = Worker.objects.live().values_list("id", flat=True)
-    orphans = list(TerminalSession.objects.active().exclude(worker_id__in=list(live)).values_list("id", flat=True))
+def sessions_mark_lost(hostname: str) -> int:
+    """Marks lost the active terminals whose worker is gone; returns how many.
+
+    A worker is gone when its heartbeat is stale, or at once when it ran on
+    this host and its process no longer exists (a crash and a quick restart).
+    """
+    live = [worker for worker in Worker.objects.live() if not _process_gone(worker, hostname)]
+    orphans = list(
+        TerminalSession.objects.active().exclude(worker_id__in=[worker.id for worker in live]).values_list("id", flat=True)
+    )
     now = timezone.now()
     for session_id in orphans:
         if TerminalSession.objects.filter(pk=session_id, status=Status.ACTIVE).update(status=LOST, ended=now):
             audit(SYSTEM, "lost", terminal_id=session_id, reason="its worker stopped answering")
     return len(orphans)
+
+
+def _process_gone(worker: Worker, hostname: str) -> bool:
+    if worker.hostname != hostname or worker.pid == os.getpid():
+        return False
+    try:
+        os.kill(worker.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 def check_user_limit(owner_id: int) -> None:

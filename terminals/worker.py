@@ -88,6 +88,7 @@ class TerminalWorker:
         self.id = uuid.uuid4().hex
         self.layer = layer or get_channel_layer()
         self.channel = ""
+        self.hostname = socket.gethostname()
         self.manager = SessionManager(limits=limits or limits_from_settings(), clock=clock, on_exit=self._on_exit)
         self.database = DatabaseQueue()
         self.ready = asyncio.Event()
@@ -109,10 +110,8 @@ class TerminalWorker:
         """Registers the worker and starts listening; returns once it takes requests."""
         self.database.start()
         self.channel = await self.layer.new_channel(protocol.WORKER_PREFIX)
-        await self.database.run(lambda: records.worker_register(self.id, self.channel, socket.gethostname(), os.getpid()))
-        lost = await self.database.run(records.sessions_mark_lost)
-        if lost:
-            logger.warning("marked %d terminals of departed workers lost", lost)
+        await self.database.run(lambda: records.worker_register(self.id, self.channel, self.hostname, os.getpid()))
+        await self.mark_lost()
         self._spawn(self._listen(self.channel))
         self._spawn(self._listen(protocol.CREATE_CHANNEL))
         self._spawn(self._every(settings.TERMINALS["HEARTBEAT_INTERVAL_MS"] / 1000, self.beat))
@@ -237,6 +236,13 @@ class TerminalWorker:
     async def beat(self) -> None:
         activity = {session_id: session.last_activity for session_id, session in self.manager.items()}
         await self.database.run(lambda: records.worker_beat(self.id, activity))
+        await self.mark_lost()
+
+    async def mark_lost(self) -> None:
+        """Marks lost the terminals of workers that are gone (any live worker may do it)."""
+        lost = await self.database.run(lambda: records.sessions_mark_lost(self.hostname))
+        if lost:
+            logger.warning("marked %d terminals of departed workers lost", lost)
 
     async def sweep_idle(self) -> int:
         """Ends terminals idle for longer than the session timeout; returns how many."""

@@ -16,6 +16,14 @@ from .exceptions import WorkerUnavailable, from_code
 
 logger = logging.getLogger(__name__)
 
+try:
+    from redis.exceptions import RedisError
+except ImportError:  # the embedded mode needs no Redis client
+    RedisError = OSError
+
+# What a channel layer raises when its transport is down or full.
+TRANSPORT_ERRORS = (TimeoutError, ChannelFull, OSError, RedisError)
+
 
 def default_timeout() -> float:
     return settings.TERMINALS["WORKER_TIMEOUT_MS"] / 1000
@@ -27,8 +35,7 @@ async def request(channel: str, message_type: str, timeout: float | None = None,
     layer = get_channel_layer()
     try:
         return await asyncio.wait_for(_exchange(layer, channel, message_type, timeout, fields), timeout)
-    except (TimeoutError, ChannelFull, OSError) as error:
-        # OSError covers a Redis that is down or unreachable.
+    except TRANSPORT_ERRORS as error:
         logger.warning("worker request %s to %s failed: %r", message_type, channel, error)
         raise WorkerUnavailable(
             f"No terminal worker answered within {timeout:g} s", {"request": message_type}
