@@ -33,6 +33,9 @@ class Actor:
 
 SYSTEM = Actor()
 
+# Refusals are recorded under the same action names as the successes they stand for.
+VIEW_ACTIONS = {"destroy": "delete", "retrieve": "detail"}
+
 
 def client_address(request) -> str:
     # X-Forwarded-For is ignored: it is the client's to forge.
@@ -58,6 +61,7 @@ def audit_refusal(request, view, error) -> None:
     actor = Actor.from_request(request)
     prefix = actor.key_prefix or _presented_prefix(request)
     action = getattr(view, "audit_action", None) or getattr(view, "action", None) or "request"
+    action = VIEW_ACTIONS.get(action, action)
     kwargs = getattr(view, "kwargs", {}) or {}
     AuditEvent.objects.create(
         user=actor.user,

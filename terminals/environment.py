@@ -59,9 +59,12 @@ def resolve_shell(shell: str | None) -> str:
             return matches[0]
     elif shell in allowed and _is_executable(shell):
         return shell
-    raise InvalidInput(
-        f"shell: {shell!r} is not an allowed shell", {"field": "shell", "allowed": list(allowed)}
-    )
+    raise invalid("shell", f"{shell!r} is not an allowed shell", allowed=list(allowed))
+
+
+def invalid(field: str, problem: str, **extra) -> InvalidInput:
+    """An INVALID_INPUT naming the field, with details shaped like a serializer's."""
+    return InvalidInput(f"{field}: {problem}", {"fields": {field: [problem]}, **extra})
 
 
 def _is_executable(path: str) -> bool:
@@ -85,32 +88,30 @@ def resolve_cwd(cwd: str | None) -> str:
     if not cwd:
         cwd = default_cwd()
     if "\x00" in cwd:
-        raise InvalidInput("cwd: must not contain NUL", {"field": "cwd"})
+        raise invalid("cwd", "must not contain NUL")
     base = root or Path(default_cwd())
     # Resolving follows symlinks and "..", so the containment check sees where the path really leads.
     path = (base / cwd).resolve()
     if root is not None and path != root and root not in path.parents:
-        raise InvalidInput(f"cwd: {cwd!r} is outside the allowed root", {"field": "cwd"})
+        raise invalid("cwd", f"{cwd!r} is outside the allowed root")
     if not path.is_dir():
-        raise InvalidInput(f"cwd: {cwd!r} is not an existing directory", {"field": "cwd"})
+        raise invalid("cwd", f"{cwd!r} is not an existing directory")
     if not os.access(path, os.X_OK):
-        raise InvalidInput(f"cwd: {cwd!r} cannot be entered", {"field": "cwd"})
+        raise invalid("cwd", f"{cwd!r} cannot be entered")
     return str(path)
 
 
 def validate_env(env: dict[str, str]) -> dict[str, str]:
     config = settings.TERMINALS
     if len(env) > config["MAX_ENV_VARS"]:
-        raise InvalidInput(f"env: at most {config['MAX_ENV_VARS']} variables", {"field": "env"})
+        raise invalid("env", f"at most {config['MAX_ENV_VARS']} variables")
     for name, value in env.items():
         if not ENV_NAME.match(name):
-            raise InvalidInput(f"env: {name!r} is not a valid variable name", {"field": "env"})
+            raise invalid("env", f"{name!r} is not a valid variable name")
         if not isinstance(value, str) or "\x00" in value:
-            raise InvalidInput(f"env: {name} must be a string without NUL", {"field": "env"})
+            raise invalid("env", f"{name} must be a string without NUL")
         if len(value.encode()) > config["MAX_ENV_VALUE_BYTES"]:
-            raise InvalidInput(
-                f"env: {name} is longer than {config['MAX_ENV_VALUE_BYTES']} bytes", {"field": "env"}
-            )
+            raise invalid("env", f"{name} is longer than {config['MAX_ENV_VALUE_BYTES']} bytes")
     return env
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.conf import settings
-from drf_spectacular.utils import inline_serializer
+from drf_spectacular.utils import extend_schema_serializer, inline_serializer
 from rest_framework import serializers
 
 from .models import AuditEvent, TerminalSession
@@ -19,7 +19,7 @@ def _limit(name: str) -> int:
 class EnvField(serializers.Field):
     """An object of names to values, or the Agent Client Protocol's list of {name, value}."""
 
-    default_error_messages = {"invalid": "Must be an object of strings or a list of {name, value}."}
+    default_error_messages = {"invalid": "Must be an object of strings or a list of {{name, value}}."}
 
     def to_internal_value(self, data):
         if isinstance(data, list):
@@ -229,8 +229,9 @@ ErrorEnvelope = inline_serializer(
 
 
 def enveloped(serializer_class, *, message: bool = False):
-    """The schema of a success envelope around serializer_class."""
+    """The schema of a success envelope around serializer_class (never a list, whatever the action)."""
     fields = {"success": serializers.BooleanField(default=True), "data": serializer_class()}
     if message:
         fields["message"] = serializers.CharField()
-    return inline_serializer(name=f"{serializer_class.__name__.removesuffix('Serializer')}Envelope", fields=fields)
+    name = serializer_class.__name__.removesuffix("Serializer") + ("MessageEnvelope" if message else "Envelope")
+    return extend_schema_serializer(many=False)(type(name, (serializers.Serializer,), fields))

@@ -11,8 +11,8 @@ from django.utils import timezone
 
 from . import protocol, worker_client
 from .audit import Actor, audit
-from .environment import build_env, resolve_cwd, resolve_shell, shell_argv, validate_env
-from .exceptions import InvalidInput, ServiceError, TerminalInactive, TerminalNotFound, WorkerUnavailable
+from .environment import build_env, invalid, resolve_cwd, resolve_shell, shell_argv, validate_env
+from .exceptions import ServiceError, TerminalInactive, TerminalNotFound, WorkerUnavailable
 from .models import TerminalSession
 from .records import session_data
 
@@ -117,9 +117,7 @@ def session_write(*, actor: Actor, terminal_id, text: str, append_newline: bool 
         raise TerminalInactive(f"Terminal {record.id} is {record.status}", {"status": record.status})
     data = normalize_input(text, append_newline=append_newline)
     if len(data.encode("utf-8", errors="surrogatepass")) > settings.TERMINALS["MAX_INPUT_BYTES"]:
-        raise InvalidInput(
-            f"input: longer than {settings.TERMINALS['MAX_INPUT_BYTES']} bytes", {"field": "input"}
-        )
+        raise invalid("input", f"longer than {settings.TERMINALS['MAX_INPUT_BYTES']} bytes")
     # The audit row is written before the bytes reach the terminal.
     audit(actor, "input", terminal_id=record.id, outcome="sent", input=data)
     reply = _ask_worker(record, protocol.INPUT, data=data)
@@ -140,11 +138,7 @@ def session_stats(*, actor: Actor, terminal_id) -> dict:
 
 def session_terminate(*, actor: Actor, terminal_id, signal: str = "SIGTERM", grace: float | None = None) -> dict:
     record = session_get_for(user=actor.user, terminal_id=terminal_id)
-    try:
-        data = _ask_worker(record, protocol.TERMINATE, signal=signal, grace=grace)
-    except ServiceError as error:
-        audit(actor, "delete", terminal_id=record.id, outcome=error.default_code, signal=signal)
-        raise
+    data = _ask_worker(record, protocol.TERMINATE, signal=signal, grace=grace)
     audit(actor, "delete", terminal_id=record.id, signal=signal, exitCode=data["exitCode"], endSignal=data["signal"])
     return data
 

@@ -11,11 +11,11 @@ from rest_framework.views import APIView
 from . import serializers as s
 from . import sessions
 from .audit import Actor
+from .exceptions import InvalidInput
 from .models import AuditEvent
 from .throttling import ApiKeyRateThrottle, CreateRateThrottle
 
 ERRORS = {code: s.ErrorEnvelope for code in (400, 401, 404, 409, 429, 500, 503)}
-TERMINAL_ID = OpenApiParameter("id", str, OpenApiParameter.PATH, description="The terminal's id (terminalId)")
 
 
 def ok(data=None, *, status: int = 200, message: str | None = None) -> Response:
@@ -33,7 +33,7 @@ def valid(serializer_class, data) -> dict:
     return serializer.validated_data
 
 
-@extend_schema(tags=["terminals"], parameters=[TERMINAL_ID])
+@extend_schema(tags=["terminals"])
 class TerminalViewSet(viewsets.ViewSet):
     """The seven endpoints of the REST contract, minus health."""
 
@@ -62,7 +62,9 @@ class TerminalViewSet(viewsets.ViewSet):
         responses={200: s.enveloped(s.TerminalSerializer, message=True), **ERRORS},
     )
     def destroy(self, request, pk=None):
-        body = request.data if isinstance(request.data, dict) else {}
+        body = request.data if request.data else {}
+        if not isinstance(body, dict):
+            raise InvalidInput("body: must be a JSON object", {"fields": {"body": ["Must be a JSON object."]}})
         data = valid(s.TerminateSerializer, {**request.query_params.dict(), **body})
         ended = sessions.session_terminate(actor=Actor.from_request(request), terminal_id=pk, signal=data["signal"])
         return ok(ended, message="Terminal terminated successfully")
@@ -130,13 +132,17 @@ class AuditPagination(pagination.PageNumberPagination):
         }
 
 
-@extend_schema(tags=["audit"], parameters=[s.AuditQuerySerializer])
+@extend_schema(tags=["audit"])
 class AuditViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     """The audit trail: staff see every event, others their own."""
 
     serializer_class = s.AuditEventSerializer
     pagination_class = AuditPagination
     audit_action = "audit"
+
+    @extend_schema(parameters=[s.AuditQuerySerializer], responses={200: s.AuditEventSerializer(many=True), **ERRORS})
+    def list(self, request, *args, **kwargs):
+        return super().list(request, *args, **kwargs)
 
     def get_queryset(self):
         query = valid(s.AuditQuerySerializer, self.request.query_params)

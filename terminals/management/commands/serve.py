@@ -21,31 +21,30 @@ class Command(BaseCommand):
 
     def handle(self, *args, host, port, no_bootstrap, **options):
         call_command("migrate", interactive=False, verbosity=0)
-        if not no_bootstrap:
-            self.bootstrap(host, port)
-        self.run_daphne(host, port)
+        key = None if no_bootstrap else self.bootstrap()
+        self.run_daphne(host, port, key)
 
-    def bootstrap(self, host: str, port: int) -> None:
-        """On a first start, creates an admin user and prints its API key, once."""
+    def bootstrap(self) -> str | None:
+        """On a first start, creates an admin user and returns its API key; None when users exist."""
         users = get_user_model().objects
         if users.exists():
-            return
+            return None
         admin = users.create(username="admin", is_staff=True, is_superuser=True)
         admin.set_unusable_password()
         admin.save()
-        _, key = ApiKey.objects.create_key(user=admin, name="bootstrap")
-        shown_port = port or settings.PORT
+        return ApiKey.objects.create_key(user=admin, name="bootstrap")[1]
+
+    def announce_key(self, key: str, url: str) -> None:
         self.stdout.write(
             "\nCreated user 'admin' (staff) and this API key. It is shown once; keep it:\n\n"
             f"  {key}\n\n"
             "Try it:\n\n"
-            f"  curl -s -X POST http://{host}:{shown_port}/api/terminals -H 'X-API-Key: {key}' "
+            f"  curl -s -X POST {url}/api/terminals -H 'X-API-Key: {key}' "
             "-H 'Content-Type: application/json' -d '{}'\n\n"
             "More keys: python manage.py create_api_key USERNAME [--staff]\n"
         )
-        self.stdout.flush()
 
-    def run_daphne(self, host: str, port: int) -> None:
+    def run_daphne(self, host: str, port: int, key: str | None) -> None:
         from daphne.server import Server  # installs Twisted's asyncio reactor: import it first
 
         from twisted.internet import defer, reactor
@@ -64,8 +63,10 @@ class Command(BaseCommand):
 
             def listen_success(self, listening_port):
                 super().listen_success(listening_port)
-                address = listening_port.getHost()
-                command.stdout.write(f"Listening on http://{host}:{address.port}")
+                url = f"http://{host}:{listening_port.getHost().port}"
+                if key is not None:
+                    command.announce_key(key, url)
+                command.stdout.write(f"Listening on {url}")
                 command.stdout.flush()
 
         def start_worker():
