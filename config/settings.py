@@ -142,18 +142,6 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],
     "COMPONENT_SPLIT_REQUEST": True,
-    "APPEND_COMPONENTS": {
-        "securitySchemes": {
-            "ApiKeyHeader": {"type": "apiKey", "in": "header", "name": "X-API-Key"},
-            "ApiKeyAuthorization": {
-                "type": "apiKey",
-                "in": "header",
-                "name": "Authorization",
-                "description": "Authorization: Api-Key <key>",
-            },
-        }
-    },
-    "SECURITY": [{"ApiKeyHeader": []}, {"ApiKeyAuthorization": []}],
 }
 
 _cors_origin = os.getenv("CORS_ORIGIN", "*")

@@ -91,6 +91,9 @@ class TerminalViewSet(viewsets.ViewSet):
         return ok(sessions.session_stats(actor=Actor.from_request(request), terminal_id=pk))
 
 
+HEALTH = s.enveloped(s.HealthSerializer)
+
+
 class HealthView(APIView):
     """Liveness of the service, its database and its worker; needs no key."""
 
@@ -99,7 +102,7 @@ class HealthView(APIView):
     throttle_classes: list = []
     audit_action = "health"
 
-    @extend_schema(tags=["health"], responses={200: s.enveloped(s.HealthSerializer), 503: s.enveloped(s.HealthSerializer)})
+    @extend_schema(tags=["health"], responses={200: HEALTH, 503: HEALTH})
     def get(self, request):
         report = sessions.health()
         return ok(report, status=200 if report["status"] == "healthy" else 503)

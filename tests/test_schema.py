@@ -205,3 +205,17 @@ def test_schema_documents_every_field_of_real_response(document, real_responses,
     schema = document["paths"][path][method]["responses"][str(status)]["content"]["application/json"]["schema"]
     root = {**json_schema(strict(schema)), "components": json_schema(strict(document["components"]))}
     assert problems(Draft202012Validator(root), body) == []
+
+
+def test_schema_generates_valid_without_warnings():
+    """drf-spectacular builds the schema with no warning and it validates as OpenAPI 3."""
+    import subprocess
+    import sys
+
+    from .servers import ROOT, service_env
+
+    result = subprocess.run(
+        [sys.executable, "manage.py", "spectacular", "--validate", "--fail-on-warn", "--file", "/dev/null"],
+        cwd=ROOT, env=service_env(), capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr

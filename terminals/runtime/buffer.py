@@ -249,22 +249,29 @@ class OutputBuffer:
 
     # Reading by byte
 
-    def read_bytes(self, from_byte: int, max_bytes: int) -> tuple[bytes, int, bool]:
-        """Returns (data, start, truncated): up to max_bytes from from_byte, cut at a character boundary.
+    def read_bytes(self, from_byte: int, max_bytes: int, *, complete: bool = False) -> tuple[bytes, int, bool]:
+        """Returns (data, start, truncated): up to max_bytes from from_byte, never split inside a character.
 
         truncated is true when from_byte was already evicted and reading
-        started at the oldest byte held.
+        started at the oldest byte held. Unless complete (no more output can
+        arrive), a character whose last bytes have not arrived yet is held
+        back for the next read.
         """
         self._apply_line_limit()
         truncated = from_byte < self._start
         start = min(max(from_byte, self._start), self.end)
-        stop = min(start + max_bytes, self.end)
-        local_start, local_stop = start - self._start, stop - self._start
-        if stop < self.end:
+        local_start = start - self._start
+        if truncated or self._head_cut:
+            # Eviction may have cut a character in two: start at the next whole one.
+            local_start = _skip_continuation_bytes(self._data, local_start, len(self._data))
+        local_stop = min(local_start + max_bytes, len(self._data))
+        if local_stop < len(self._data) or not complete:
             cut = utf8_boundary(self._data, local_start, local_stop)
-            # A limit smaller than one character still returns that character, so a reader never stalls.
-            local_stop = cut if cut > local_start else min(local_start + _sequence_length(self._data[local_start]), len(self._data))
-        return bytes(self._data[local_start:local_stop]), start, truncated
+            if cut == local_start and local_stop < len(self._data):
+                # A limit smaller than one character still returns that character, so a reader never stalls.
+                cut = min(local_start + _sequence_length(self._data[local_start]), len(self._data))
+            local_stop = cut
+        return bytes(self._data[local_start:local_stop]), self._start + local_start, truncated
 
     # Eviction and indexing
 

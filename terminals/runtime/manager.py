@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from . import processes
 from .buffer import OutputBuffer
 from .errors import SessionLimitReached, SessionNotFound
 from .pty import ExitStatus, PtySession, SpawnSpec
@@ -86,7 +87,8 @@ class SessionManager:
         """Ends the terminal's processes and frees it; returns how its first process ended."""
         session = self.get(session_id)
         status = session.exit_status
-        if session.is_alive:
+        # A shell that already exited can leave jobs behind in its session: they end too.
+        if session.is_alive or processes.session_members(session.pid):
             status = await session.terminate(signum, self.limits.kill_grace if grace is None else grace)
         self.release(session_id)
         return status
