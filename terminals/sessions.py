@@ -115,9 +115,10 @@ def session_write(*, actor: Actor, terminal_id, text: str, append_newline: bool 
     record = session_get_for(user=actor.user, terminal_id=terminal_id)
     if not record.is_active:
         raise TerminalInactive(f"Terminal {record.id} is {record.status}", {"status": record.status})
-    data = normalize_input(text, append_newline=append_newline)
-    if len(data.encode("utf-8", errors="surrogatepass")) > settings.TERMINALS["MAX_INPUT_BYTES"]:
+    # The limit is on what the client sent; the Enter key added to it does not count.
+    if len(text.encode("utf-8", errors="surrogatepass")) > settings.TERMINALS["MAX_INPUT_BYTES"]:
         raise invalid("input", f"longer than {settings.TERMINALS['MAX_INPUT_BYTES']} bytes")
+    data = normalize_input(text, append_newline=append_newline)
     # The audit row is written before the bytes reach the terminal.
     audit(actor, "input", terminal_id=record.id, outcome="sent", input=data)
     reply = _ask_worker(record, protocol.INPUT, data=data)
