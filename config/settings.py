@@ -8,6 +8,8 @@ import dj_database_url
 
 from .env import env_bool, env_int, env_list, env_secret
 
+# Django sets TZ for its own process; terminals get the zone the service was started with.
+ORIGINAL_TZ = os.environ.get("TZ")
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.getenv("TERMINALS_DATA_DIR", BASE_DIR / "var"))
 VERSION = "1.0.0"
@@ -99,7 +101,12 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 30},
+            # The read timeout must outlast channels_redis's 5 s blocking pop; connecting fails fast.
+            "CONFIG": {
+                "hosts": [{"address": REDIS_URL, "socket_timeout": 15, "socket_connect_timeout": 2}],
+                "capacity": 1000,
+                "expiry": 30,
+            },
         }
     }
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}

@@ -27,7 +27,7 @@ TERMINAL_DEFAULTS = {"TERM": "xterm-256color", "PAGER": "cat", "GIT_PAGER": "cat
 def _etc_shells() -> tuple[str, ...]:
     try:
         with open(ETC_SHELLS) as shells:
-            return tuple(line.strip() for line in shells if line.strip().startswith("/"))
+            return tuple(dict.fromkeys(line.strip() for line in shells if line.strip().startswith("/")))
     except OSError:
         return ("/bin/sh",)
 
@@ -117,7 +117,9 @@ def validate_env(env: dict[str, str]) -> dict[str, str]:
 
 def build_env(requested: dict[str, str], *, shell: str) -> dict[str, str]:
     """The terminal's environment: the inherited allowlist, the defaults, then the caller's own."""
-    env = {name: os.environ[name] for name in INHERITED_VARIABLES if name in os.environ}
+    env = {name: os.environ[name] for name in INHERITED_VARIABLES if name in os.environ and name != "TZ"}
+    if settings.ORIGINAL_TZ:
+        env["TZ"] = settings.ORIGINAL_TZ
     env.setdefault("PATH", os.defpath)
     for name, value in TERMINAL_DEFAULTS.items():
         if name == "LANG":

@@ -193,7 +193,11 @@ class AuditQuerySet(models.QuerySet["AuditEvent"]):
         raise PermissionError("audit events are never deleted")
 
     def visible_to(self, user) -> AuditQuerySet:
-        return self.all() if user.is_staff else self.filter(user=user)
+        """Staff see every event; others their own and the system's events about their terminals."""
+        if user.is_staff:
+            return self.all()
+        owned = TerminalSession.objects.filter(owner=user).values("id")
+        return self.filter(models.Q(user=user) | models.Q(user__isnull=True, terminal_id__in=owned))
 
 
 class AuditEvent(models.Model):

@@ -61,9 +61,9 @@ def _hosting_channel(record: TerminalSession) -> str:
     return record.worker.channel
 
 
-def _ask_worker(record: TerminalSession, message_type: str, **fields) -> dict:
+def _ask_worker(record: TerminalSession, message_type: str, timeout: float | None = None, **fields) -> dict:
     try:
-        return worker_client.request_sync(_hosting_channel(record), message_type, id=str(record.id), **fields)
+        return worker_client.request_sync(_hosting_channel(record), message_type, timeout, id=str(record.id), **fields)
     except TerminalNotFound:
         # The record exists but its worker no longer holds it: it ended and was freed.
         raise TerminalInactive(f"Terminal {record.id} is no longer held by its worker") from None
@@ -139,7 +139,10 @@ def session_stats(*, actor: Actor, terminal_id) -> dict:
 
 def session_terminate(*, actor: Actor, terminal_id, signal: str = "SIGTERM", grace: float | None = None) -> dict:
     record = session_get_for(user=actor.user, terminal_id=terminal_id)
-    data = _ask_worker(record, protocol.TERMINATE, signal=signal, grace=grace)
+    kill_grace = settings.TERMINALS["KILL_GRACE_MS"] / 1000 if grace is None else grace
+    # The worker may take the whole grace period and then a few seconds to reap.
+    data = _ask_worker(record, protocol.TERMINATE, signal=signal, grace=grace,
+                       timeout=worker_client.default_timeout() + kill_grace + 5)
     audit(actor, "delete", terminal_id=record.id, signal=signal, exitCode=data["exitCode"], endSignal=data["signal"])
     return data
 

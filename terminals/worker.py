@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -24,6 +25,21 @@ from .runtime.pty import ExitStatus, SpawnSpec
 from .shapes import line_read_data, stats_data
 
 logger = logging.getLogger(__name__)
+
+
+# Ignored signals stay ignored across exec: a service started with nohup or `&`
+# would hand its terminals a Ctrl-C that does nothing. A handler (here one that
+# does nothing) is reset to the default in every child.
+INHERITABLE_IGNORES = (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTERM, signal.SIGTSTP,
+                       signal.SIGTTIN, signal.SIGTTOU, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def _stop_ignoring_signals() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in INHERITABLE_IGNORES:
+        if signal.getsignal(signum) == signal.SIG_IGN:
+            signal.signal(signum, lambda *_: None)
 
 
 def limits_from_settings() -> Limits:
@@ -108,6 +124,7 @@ class TerminalWorker:
 
     async def start(self) -> None:
         """Registers the worker and starts listening; returns once it takes requests."""
+        _stop_ignoring_signals()
         self.database.start()
         self.channel = await self.layer.new_channel(protocol.WORKER_PREFIX)
         await self.database.run(lambda: records.worker_register(self.id, self.channel, self.hostname, os.getpid()))
@@ -255,6 +272,10 @@ class TerminalWorker:
                 ended += 1
             except Exception:  # noqa: BLE001 - one broken terminal must not stop the sweep
                 logger.exception("ending idle terminal %s failed", session_id)
+        for session_id in self.manager.idle_sessions(ended=True):
+            # Output of an ended terminal nobody read for a whole timeout is freed, so memory stays bounded.
+            self.manager.release(session_id)
+            await self.database.run(lambda: records.session_end(session_id, ExitStatus(None, None), None, release=True))
         return ended
 
     async def shutdown(self) -> None:

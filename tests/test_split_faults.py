@@ -34,7 +34,8 @@ def start_worker(server) -> ServiceProcess:
 
 
 def test_requests_fail_fast_when_the_worker_is_gone(split, keys):
-    """With the worker killed, every request answers 503 WORKER_UNAVAILABLE within the worker timeout."""
+    """With the worker killed, requests fail within the worker timeout: 503 WORKER_UNAVAILABLE, or 409 once
+    a live worker of any deployment sharing the database has marked the terminal lost."""
     api = Api(split.url, keys["alice"])
     terminal = api.create(shell="/bin/bash")
     split.process("worker0").stop(signal.SIGKILL)
@@ -45,8 +46,11 @@ def test_requests_fail_fast_when_the_worker_is_gone(split, keys):
     ]:
         started = time.monotonic()
         response = api.request(method, path, json=body)
-        assert response.status_code == 503, response.text
-        assert response.json()["error"]["code"] == "WORKER_UNAVAILABLE"
+        code = response.json()["error"]["code"]
+        if path == "/api/terminals":
+            assert (response.status_code, code) == (503, "WORKER_UNAVAILABLE"), response.text
+        else:
+            assert (response.status_code, code) in {(503, "WORKER_UNAVAILABLE"), (409, "TERMINAL_INACTIVE")}
         assert time.monotonic() - started < TIMEOUT_MS / 1000 + 2
     health = api.get("/api/health")
     assert health.status_code == 503

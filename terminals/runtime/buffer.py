@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 from array import array
 from bisect import bisect_left
+from collections import deque
 from dataclasses import dataclass
 
 MODES = ("full", "head", "tail", "head-tail")
 NEWLINE = 0x0A
+TIME_STEP = 0.05  # seconds between two entries of the time index
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,31 @@ def _sequence_length(lead: int) -> int:
     return 2
 
 
+def choose_lines(mode: str, count: int, head: int, tail: int, limit: int) -> tuple[list[int], int, int]:
+    """Picks which of count lines a read shows: (offsets shown, where a head-tail gap marker goes, lines in the gap)."""
+    if mode == "full":
+        return list(range(min(count, limit))), 0, 0
+    if mode == "head":
+        return list(range(min(count, head, limit))), 0, 0
+    if mode == "tail":
+        keep = min(count, tail, limit)
+        return list(range(count - keep, count)), 0, 0
+    head = min(head, limit)
+    tail = min(tail, limit - head)
+    if count <= head + tail:
+        return list(range(count)), 0, 0
+    return list(range(head)) + list(range(count - tail, count)), head, count - head - tail
+
+
+def shape_lines(lines: list[str], mode: str, head: int, tail: int, limit: int) -> tuple[list[str], int, int]:
+    """Applies a read mode to a list of lines: (lines to show with any gap marker, lines shown, lines omitted)."""
+    shown, gap_at, gap = choose_lines(mode, len(lines), head, tail, limit)
+    result = [lines[offset] for offset in shown]
+    if gap:
+        result.insert(gap_at, f"... [{gap} lines omitted] ...")
+    return result, len(shown), len(lines) - len(shown)
+
+
 class OutputBuffer:
     """Keeps the newest output of one terminal.
 
@@ -118,6 +145,21 @@ class OutputBuffer:
         self._newlines = 0  # newlines ever appended = finished lines ever
         self._index = array("q")  # absolute offsets of the newlines in [self._start, self._indexed_end)
         self._indexed_end = 0
+        self._times: deque[tuple[float, int]] = deque()  # (when, first byte then), at most one per TIME_STEP
+
+    def mark_time(self, when: float) -> None:
+        """Notes that output arriving from now on is this recent (for reads since a time)."""
+        if not self._times or when - self._times[-1][0] >= TIME_STEP:
+            self._times.append((when, self.end))
+            while self._times and self._times[0][1] < self._start and len(self._times) > 1:
+                self._times.popleft()
+
+    def line_since_time(self, when: float) -> int:
+        """The number of the first held line with output at or after when (approximate to TIME_STEP)."""
+        self._apply_line_limit()
+        offset = next((start for moment, start in self._times if moment >= when), self.end)
+        offset = max(offset, self._start)
+        return self._first_line + self._data.count(b"\n", 0, offset - self._start)
 
     # Writing
 
@@ -189,7 +231,7 @@ class OutputBuffer:
         evicted = max(0, oldest - requested)
         start = min(max(requested, oldest), total)
         count = total - start
-        shown, gap_at, gap = self._choose(mode, count, head_lines, tail_lines, max_lines)
+        shown, gap_at, gap = choose_lines(mode, count, head_lines, tail_lines, max_lines)
         lines = [self._line_text(start + offset) for offset in shown]
         if gap:
             lines.insert(gap_at, f"... [{gap} lines omitted] ...")
@@ -210,22 +252,6 @@ class OutputBuffer:
             lines_evicted=evicted,
             oldest_line=oldest,
         )
-
-    @staticmethod
-    def _choose(mode: str, count: int, head: int, tail: int, limit: int) -> tuple[list[int], int, int]:
-        """Returns (offsets shown, where a head-tail gap marker goes, lines in that gap)."""
-        if mode == "full":
-            return list(range(min(count, limit))), 0, 0
-        if mode == "head":
-            return list(range(min(count, head, limit))), 0, 0
-        if mode == "tail":
-            keep = min(count, tail, limit)
-            return list(range(count - keep, count)), 0, 0
-        head = min(head, limit)
-        tail = min(tail, limit - head)
-        if count <= head + tail:
-            return list(range(count)), 0, 0
-        return list(range(head)) + list(range(count - tail, count)), head, count - head - tail
 
     def _line_text(self, number: int) -> str:
         begin, end, finished = self._line_span(number)
@@ -272,6 +298,23 @@ class OutputBuffer:
                 cut = min(local_start + _sequence_length(self._data[local_start]), len(self._data))
             local_stop = cut
         return bytes(self._data[local_start:local_stop]), self._start + local_start, truncated
+
+    def text_between(self, start: int, end: int | None) -> tuple[str, bool]:
+        """Decodes the bytes from start to end (None: to the newest); truncated when some were evicted."""
+        self._apply_line_limit()
+        stop = self.end if end is None else min(end, self.end)
+        truncated = start < self._start
+        local_start, local_stop = max(start, self._start) - self._start, max(stop - self._start, 0)
+        if local_stop <= local_start:
+            return "", truncated
+        return decode(self._data[local_start:local_stop], at_start=truncated, at_end=end is None), truncated
+
+    def newest_text(self, limit: int) -> tuple[str, bool]:
+        """The newest limit bytes at most, starting on a character boundary; truncated when older ones exist."""
+        self._apply_line_limit()
+        local_start = max(0, len(self._data) - limit)
+        truncated = local_start > 0 or self._start > 0
+        return decode(self._data[local_start:], at_start=local_start > 0 or self._head_cut), truncated
 
     # Eviction and indexing
 

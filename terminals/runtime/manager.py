@@ -13,6 +13,7 @@ from . import processes
 from .buffer import OutputBuffer
 from .errors import SessionLimitReached, SessionNotFound
 from .pty import ExitStatus, PtySession, SpawnSpec
+from .shell import ShellSession
 
 logger = logging.getLogger(__name__)
 
@@ -52,15 +53,15 @@ class SessionManager:
     def active_count(self) -> int:
         return sum(1 for session in self._sessions.values() if session.is_alive)
 
-    def create(self, session_id: str, spec: SpawnSpec) -> PtySession:
-        """Starts a terminal; raises SessionLimitReached or SpawnFailed."""
+    def create(self, session_id: str, spec: SpawnSpec, *, shell: bool = True) -> PtySession:
+        """Starts a terminal (a ShellSession when shell); raises SessionLimitReached or SpawnFailed."""
         if self.active_count >= self.limits.max_sessions:
             raise SessionLimitReached(
                 f"this worker already hosts {self.limits.max_sessions} terminals",
                 limit=self.limits.max_sessions,
             )
         buffer = OutputBuffer(max_lines=self.limits.buffer_lines, max_bytes=self.limits.buffer_bytes)
-        session = PtySession(
+        session = (ShellSession if shell else PtySession)(
             spec,
             buffer=buffer,
             max_pending_input=self.limits.max_pending_input,
@@ -99,13 +100,16 @@ class SessionManager:
         if session is not None:
             session.close()
 
-    def idle_sessions(self) -> list[str]:
-        """Returns the ids of live terminals without input or output for longer than the idle timeout."""
+    def idle_sessions(self, *, ended: bool = False) -> list[str]:
+        """Returns the ids of terminals without input or output for longer than the idle timeout.
+
+        ended=False: live ones, to be ended; ended=True: ended ones whose output is still held, to be freed.
+        """
         cutoff = self.clock() - self.limits.idle_timeout
         return [
             session_id
             for session_id, session in self._sessions.items()
-            if session.is_alive and session.last_activity < cutoff
+            if session.is_alive != ended and session.last_activity < cutoff
         ]
 
     def items(self) -> list[tuple[str, PtySession]]:

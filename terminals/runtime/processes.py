@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import platform
 import signal
 
 PROC = "/proc"
@@ -28,6 +29,45 @@ def _stat_fields(pid: int) -> list[str] | None:
     except OSError:
         return None
     return text[text.rfind(")") + 2 :].split()
+
+
+def group_members(group_id: int) -> list[int]:
+    """Returns the pids of the live processes in process group group_id."""
+    members = []
+    for name in os.listdir(PROC):
+        if name.isdigit():
+            fields = _stat_fields(int(name))
+            if fields and fields[2] == str(group_id) and fields[0] != "Z":
+                members.append(int(name))
+    return members
+
+
+# The read(2) system call's number, as /proc/<pid>/syscall shows it.
+READ_SYSCALL = {"x86_64": 0, "aarch64": 63, "riscv64": 63, "i686": 3, "armv7l": 3}.get(platform.machine())
+
+
+def is_reading_terminal(pid: int) -> bool:
+    """Whether pid is blocked in read(2) on a terminal: it waits for someone to type."""
+    try:
+        with open(f"{PROC}/{pid}/syscall") as syscall:
+            fields = syscall.read().split()
+    except OSError:
+        return False
+    if len(fields) < 2 or not fields[0].isdigit() or int(fields[0]) != READ_SYSCALL:
+        return False
+    try:
+        target = os.readlink(f"{PROC}/{pid}/fd/{int(fields[1], 16)}")
+    except (OSError, ValueError):
+        return False
+    return target.startswith(("/dev/pts/", "/dev/tty"))
+
+
+def command_line(pid: int) -> str:
+    try:
+        with open(f"{PROC}/{pid}/cmdline", "rb") as cmdline:
+            return cmdline.read().rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+    except OSError:
+        return ""
 
 
 def signal_processes(pids: list[int], signum: int) -> None:

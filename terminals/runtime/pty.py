@@ -149,10 +149,15 @@ class PtySession:
                 break
             chunks.append(chunk)
         if chunks:
-            self.buffer.append(b"".join(chunks) if len(chunks) > 1 else chunks[0])
             self.last_activity = self._clock()
+            self.buffer.mark_time(self.last_activity)
+            self._ingest(b"".join(chunks) if len(chunks) > 1 else chunks[0])
             if self._output_seen is not None:
                 self._output_seen.set()
+
+    def _ingest(self, data: bytes) -> None:
+        """Takes output in; subclasses look into it first."""
+        self.buffer.append(data)
 
     def _on_eof(self) -> None:
         self._eof = True
@@ -252,6 +257,47 @@ class PtySession:
     @property
     def pending_input(self) -> int:
         return len(self._input.data)
+
+    # The foreground
+
+    def foreground_group(self) -> int | None:
+        """The process group the terminal's keyboard belongs to, or None once the PTY is gone."""
+        try:
+            return os.tcgetpgrp(self._fd)
+        except OSError:
+            return None
+
+    def foreground_process(self) -> dict | None:
+        group = self.foreground_group()
+        if group is None or not self.is_alive:
+            return None
+        return {"pid": group, "command": processes.command_line(group)}
+
+    @property
+    def busy(self) -> bool:
+        """Whether a program other than the first process holds the foreground (a shell is not at its prompt)."""
+        group = self.foreground_group()
+        return self.is_alive and group is not None and group != self.pid
+
+    def waiting_for_input(self) -> bool:
+        """Whether a foreground process is blocked reading the terminal."""
+        group = self.foreground_group()
+        if group is None or not self.is_alive:
+            return False
+        return any(processes.is_reading_terminal(pid) for pid in processes.group_members(group))
+
+    def signal_foreground(self, signum: int) -> int:
+        """Sends signum to the foreground process group, as a key like Ctrl-C does; returns the group."""
+        group = self.foreground_group()
+        if group is None or not self.is_alive:
+            raise SessionInactive("the terminal's process has ended")
+        try:
+            os.killpg(group, signum)
+        except ProcessLookupError:
+            pass  # the group ended meanwhile
+        except PermissionError as error:
+            raise KillFailed(f"cannot signal the foreground processes: {error}") from error
+        return group
 
     def resize(self, cols: int, rows: int) -> None:
         if not self.is_alive:

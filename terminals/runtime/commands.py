@@ -1,0 +1,187 @@
+"""Commands in a shell terminal: where each one's output starts and ends, and how it exited.
+
+A command sent through the API is typed wrapped in two markers carrying a
+fresh nonce, so its output is exactly the bytes between them and its exit
+status is the shell's own `$?`. In bash and zsh, startup hooks also report
+commands typed by people (C markers) and every prompt (P markers), both
+authenticated by the terminal's secret.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import secrets
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .markers import Marker
+from .processes import signal_name
+
+RUNNING, COMPLETED = "running", "completed"
+API, SHELL = "api", "shell"
+HISTORY_LIMIT = 1000
+LAST_SIGNAL = 64  # exit statuses 129..192 are 128 + a signal number
+
+
+@dataclass
+class Command:
+    """One command line and what became of it."""
+
+    id: str
+    command: str
+    source: str
+    started_at: float
+    nonce: str = ""
+    start_byte: int | None = None  # where its output begins, once it runs
+    end_byte: int | None = None
+    finished_at: float | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    status: str = RUNNING
+    done: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+
+    @property
+    def duration(self) -> float | None:
+        return None if self.finished_at is None else self.finished_at - self.started_at
+
+    def finish(self, *, exit_code: int | None, at_byte: int, when: float, signal: str | None = None) -> None:
+        self.exit_code = exit_code
+        self.signal = signal if signal is not None else _signal_of(exit_code)
+        self.end_byte = at_byte
+        if self.start_byte is None:
+            self.start_byte = at_byte
+        self.finished_at = when
+        self.status = COMPLETED
+        self.done.set()
+
+
+def _signal_of(exit_code: int | None) -> str | None:
+    """The shell reports a command killed by signal N as 128 + N."""
+    if exit_code is not None and 128 < exit_code <= 128 + LAST_SIGNAL:
+        return signal_name(exit_code - 128)
+    return None
+
+
+def wrap(command: str, nonce: str) -> str:
+    """The text typed for an API command: its own markers around it, in one compound command.
+
+    The braces keep `cd`, `export` and `exit` acting on the shell itself; the
+    newline before the closing brace ends a here-document or a comment.
+    """
+    begin = f"printf '\\033]6973;{nonce};B\\007'"
+    end = f"printf '\\033]6973;{nonce};E;%s\\007' \"$?\""
+    return f"{{ {begin}; {command}\n}}; {end}\n"
+
+
+class CommandTracker:
+    """Follows the commands of one shell terminal through the markers in its output."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.time, history_limit: int = HISTORY_LIMIT) -> None:
+        self.secret = secrets.token_hex(16)
+        self._clock = clock
+        self._numbers = itertools.count(1)
+        self._history: deque[Command] = deque(maxlen=history_limit)
+        self._by_id: dict[str, Command] = {}
+        self.current: Command | None = None  # the API command in flight
+        self.typed: Command | None = None  # a command typed by a person, reported by the hooks
+        self.at_prompt = asyncio.Event()
+        # Whether the next prompt marker answers the current command: true only when the
+        # previous prompt's marker had arrived before it was typed.
+        self._prompt_answers_current = False
+
+    # Starting
+
+    def begin(self, command: str) -> tuple[Command, str]:
+        """Registers an API command; returns it and the text to type."""
+        record = Command(
+            id=f"cmd_{next(self._numbers)}_{secrets.token_hex(3)}",
+            command=command,
+            source=API,
+            started_at=self._clock(),
+            nonce=secrets.token_hex(12),
+        )
+        self._remember(record)
+        self.current = record
+        self._prompt_answers_current = self.at_prompt.is_set()
+        self.at_prompt.clear()
+        return record, wrap(command, record.nonce)
+
+    def _remember(self, record: Command) -> None:
+        if len(self._history) == self._history.maxlen:
+            self._by_id.pop(self._history[0].id, None)
+        self._history.append(record)
+        self._by_id[record.id] = record
+
+    def get(self, command_id: str) -> Command | None:
+        return self._by_id.get(command_id)
+
+    def history(self) -> list[Command]:
+        return list(self._history)
+
+    @property
+    def running(self) -> Command | None:
+        return self.current or self.typed
+
+    # Markers
+
+    def on_marker(self, marker: Marker, offset: int) -> bool:
+        """Applies a marker seen at byte offset; returns False when it is not ours (it stays in the output)."""
+        current = self.current
+        if current is not None and marker.token == current.nonce:
+            if marker.kind == "B":
+                current.start_byte = offset
+            elif marker.kind == "E":
+                self._finish_current(_exit_code(marker.data), offset)
+            return True
+        if marker.token != self.secret:
+            return False
+        if marker.kind == "C" and current is None:
+            self._begin_typed(marker.data, offset)
+        elif marker.kind == "P":
+            self._on_prompt(_exit_code(marker.data), offset)
+        return True
+
+    def _begin_typed(self, line: str, offset: int) -> None:
+        record = Command(
+            id=f"cmd_{next(self._numbers)}_{secrets.token_hex(3)}",
+            command=line,
+            source=SHELL,
+            started_at=self._clock(),
+            start_byte=offset,
+        )
+        self._remember(record)
+        self.typed = record
+        self.at_prompt.clear()
+
+    def _on_prompt(self, exit_code: int | None, offset: int) -> None:
+        if self.typed is not None:
+            self.typed.finish(exit_code=exit_code, at_byte=offset, when=self._clock())
+            self.typed = None
+        current = self.current
+        if current is not None and current.start_byte is None and self._prompt_answers_current:
+            # The prompt came back before the command began: the shell refused its text (a syntax error).
+            self._finish_current(exit_code, offset)
+        self._prompt_answers_current = False
+        self.at_prompt.set()
+
+    def _finish_current(self, exit_code: int | None, offset: int) -> None:
+        assert self.current is not None
+        self.current.finish(exit_code=exit_code, at_byte=offset, when=self._clock())
+        self.current = None
+
+    def on_shell_exit(self, exit_code: int | None, signal: str | None, offset: int) -> None:
+        """The shell ended (`exit 3`, `set -e`): what was running reports the shell's status."""
+        for record in (self.current, self.typed):
+            if record is not None and record.status == RUNNING:
+                record.finish(exit_code=exit_code, at_byte=offset, when=self._clock(), signal=signal)
+        self.current = self.typed = None
+
+
+def _exit_code(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None

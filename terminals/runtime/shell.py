@@ -1,0 +1,115 @@
+"""A shell on a PTY that runs commands one at a time and reports each one's output and exit status."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .commands import RUNNING, Command, CommandTracker
+from .errors import SessionInactive, TerminalError
+from .markers import Marker, MarkerParser
+from .pty import PtySession, SpawnSpec
+
+INTEGRATION = Path(__file__).with_name("shell_integration")
+POLL_SECONDS = 0.1  # how often a waiting command is checked for a prompt that waits for input
+
+
+class TerminalBusy(TerminalError):
+    """A command is already running in the terminal's foreground."""
+
+    code = "TERMINAL_BUSY"
+
+
+@dataclass(frozen=True)
+class WaitResult:
+    finished: bool
+    waiting_for_input: bool = False
+
+
+def integrated_spec(spec: SpawnSpec, secret: str) -> SpawnSpec:
+    """The same shell, started with the hooks that report typed commands (bash and zsh)."""
+    name = Path(spec.argv[0]).name
+    env = dict(spec.env)
+    argv = list(spec.argv)
+    if name == "bash":
+        argv = [spec.argv[0], "--rcfile", str(INTEGRATION / "bashrc"), *spec.argv[1:]]
+    elif name == "zsh":
+        if "ZDOTDIR" in env:
+            env["TERMINALS_USER_ZDOTDIR"] = env["ZDOTDIR"]
+        env["ZDOTDIR"] = str(INTEGRATION)
+    else:
+        return spec
+    env["TERMINALS_SHELL_SECRET"] = secret
+    return SpawnSpec(argv=argv, cwd=spec.cwd, env=env, cols=spec.cols, rows=spec.rows)
+
+
+class ShellSession(PtySession):
+    """A PtySession whose output is searched for command markers."""
+
+    def __init__(self, spec: SpawnSpec, *, clock: Callable[[], float] = time.time, **kwargs) -> None:
+        self.commands = CommandTracker(clock=clock)
+        super().__init__(integrated_spec(spec, self.commands.secret), clock=clock, **kwargs)
+        self._markers = MarkerParser()
+
+    def _ingest(self, data: bytes) -> None:
+        for piece in self._markers.feed(data):
+            if isinstance(piece, Marker):
+                if not self.commands.on_marker(piece, self.buffer.end):
+                    self.buffer.append(piece.raw)
+            else:
+                self.buffer.append(piece)
+
+    def _report_exit(self) -> None:
+        if not self._exit_reported:
+            self.buffer.append(self._markers.flush())
+            status = self.exit_status
+            if status is not None:
+                self.commands.on_shell_exit(status.exit_code, status.signal, self.buffer.end)
+        super()._report_exit()
+
+    # Commands
+
+    def run_command(self, command: str) -> Command:
+        """Types an API command; raises TerminalBusy while another one holds the foreground."""
+        if not self.is_alive:
+            raise SessionInactive("the terminal's process has ended")
+        running = self.commands.running
+        if running is not None and running.status == RUNNING:
+            raise TerminalBusy(
+                f"command {running.id} is still running: {running.command[:200]}",
+                runningCommand={"commandId": running.id, "command": running.command},
+            )
+        if self.busy:
+            foreground = self.foreground_process()
+            raise TerminalBusy(
+                f"a program is running in the foreground: {(foreground or {}).get('command', '')[:200]}",
+                foreground=foreground,
+            )
+        record, text = self.commands.begin(command)
+        try:
+            self.write(text.encode("utf-8", errors="surrogateescape"))
+        except TerminalError:
+            self.commands.current = None
+            raise
+        return record
+
+    async def wait_command(self, record: Command, timeout: float) -> WaitResult:
+        """Waits until the command finishes, or stops at a prompt that waits for input, or timeout passes."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while record.status == RUNNING:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return WaitResult(finished=False)
+            try:
+                await asyncio.wait_for(record.done.wait(), min(remaining, POLL_SECONDS))
+            except TimeoutError:
+                if self._quiet_for(POLL_SECONDS) and self.waiting_for_input():
+                    return WaitResult(finished=False, waiting_for_input=True)
+        return WaitResult(finished=True)
+
+    def _quiet_for(self, seconds: float) -> bool:
+        return self._clock() - self.last_activity >= seconds

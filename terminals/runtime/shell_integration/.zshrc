@@ -1,0 +1,24 @@
+# Read by interactive zsh in a terminal of the service: the user's own .zshrc,
+# then hooks that report each command line and each prompt (with the exit
+# status) to the service as invisible escape sequences. The secret that
+# authenticates them is kept in an unexported variable.
+typeset -g __terminals_secret=$TERMINALS_SHELL_SECRET
+unset TERMINALS_SHELL_SECRET
+ZDOTDIR=${TERMINALS_USER_ZDOTDIR:-$HOME}
+unset TERMINALS_USER_ZDOTDIR
+[[ -f $ZDOTDIR/.zshrc ]] && source "$ZDOTDIR/.zshrc"
+
+__terminals_preexec() {
+    printf '\033]6973;%s;C;%s\007' "$__terminals_secret" "${1//[$'\a\e']/}"
+}
+
+__terminals_precmd() {
+    local exit_status=$?
+    printf '\033]6973;%s;P;%s\007' "$__terminals_secret" "$exit_status"
+    return $exit_status
+}
+
+autoload -Uz add-zsh-hook
+add-zsh-hook preexec __terminals_preexec
+# First, so it sees the command's status before any other hook changes it.
+precmd_functions=(__terminals_precmd ${precmd_functions[@]})
