@@ -149,6 +149,11 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],
     "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "TerminalStatusEnum": "terminals.models.TerminalSession.Status",
+        "CommandStatusEnum": ["running", "completed"],
+        "HealthStatusEnum": ["healthy", "degraded"],
+    },
 }
 
 _cors_origin = os.getenv("CORS_ORIGIN", "*")
@@ -189,6 +194,9 @@ TERMINALS = {
     "MAX_TOTAL": env_int("TERMINALS_MAX_TOTAL", 1000, minimum=1),
     "MAX_OUTPUT_LINES": env_int("TERMINALS_MAX_OUTPUT_LINES", 10_000, minimum=1),
     "KILL_GRACE_MS": env_int("TERMINALS_KILL_GRACE_MS", 3000),
+    # The longest a request may wait: for a command (timeoutMs) or for a process to exit.
+    "MAX_WAIT_MS": env_int("TERMINALS_MAX_WAIT_MS", 10 * 60 * 1000, minimum=1),
+    "MAX_READ_BYTES": env_int("TERMINALS_MAX_READ_BYTES", 1 << 20, minimum=1),
     "WORKER_TIMEOUT_MS": env_int("TERMINALS_WORKER_TIMEOUT_MS", 5000, minimum=100),
     "HEARTBEAT_INTERVAL_MS": env_int("TERMINALS_HEARTBEAT_INTERVAL_MS", 5000, minimum=100),
     # Embedded mode hosts terminals inside the web process; split mode (REDIS_URL) in terminal_worker processes.

@@ -30,6 +30,15 @@ class Actor:
     def key_prefix(self) -> str:
         return self.api_key.display_prefix if self.api_key is not None else ""
 
+    def as_dict(self) -> dict:
+        """Who, in a form a worker can carry and write into its own audit rows."""
+        return {
+            "user_id": self.user.pk if self.user is not None else None,
+            "username": self.username,
+            "key_prefix": self.key_prefix,
+            "source": self.source,
+        }
+
 
 SYSTEM = Actor()
 

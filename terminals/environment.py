@@ -131,6 +131,20 @@ def build_env(requested: dict[str, str], *, shell: str) -> dict[str, str]:
     return env
 
 
+def resolve_program(command: str, path: str, cwd: str) -> str:
+    """Returns the absolute path of the program a command terminal runs, found like a shell would."""
+    if "\x00" in command:
+        raise invalid("command", "must not contain NUL")
+    if "/" in command:
+        candidate = os.path.join(cwd, command)
+        found = candidate if _is_executable(candidate) else None
+    else:
+        found = shutil.which(command, path=path)
+    if found is None:
+        raise invalid("command", f"{command!r} is not an executable program (looked in PATH {path})")
+    return os.path.abspath(found)
+
+
 def shell_argv(shell: str) -> list[str]:
     # setsid(1) looks argv[0] up on PATH; an absolute path avoids the lookup.
     return [shutil.which(shell) or shell]

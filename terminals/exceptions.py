@@ -40,6 +40,22 @@ class TerminalInactive(ServiceError):
     default_detail = "Terminal is not active"
 
 
+class TerminalBusy(ServiceError):
+    """A command is already running in the terminal's foreground."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "TERMINAL_BUSY"
+    default_detail = "The terminal is busy"
+
+
+class CommandNotFound(ServiceError):
+    """The terminal has no command with that id."""
+
+    status_code = status.HTTP_404_NOT_FOUND
+    default_code = "COMMAND_NOT_FOUND"
+    default_detail = "Command not found"
+
+
 class InvalidInput(ServiceError):
     """A parameter is missing, malformed or out of bounds."""
 

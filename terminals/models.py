@@ -141,7 +141,12 @@ class TerminalSession(models.Model):
     api_key = models.ForeignKey(ApiKey, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
     name = models.CharField(max_length=100, blank=True)
     pid = models.IntegerField(null=True)
-    shell = models.CharField(max_length=255)
+    shell = models.CharField(max_length=255, blank=True)  # empty for a command terminal
+    command = models.CharField(max_length=4096, blank=True)  # the program of a command terminal
+    args = models.JSONField(default=list, blank=True)
+    pty = models.BooleanField(default=True)
+    output_byte_limit = models.PositiveIntegerField(null=True, blank=True)
+    session_id = models.CharField(max_length=200, blank=True, db_index=True)  # the Agent Client Protocol session
     cwd = models.CharField(max_length=4096)
     cols = models.PositiveIntegerField(default=80)
     rows = models.PositiveIntegerField(default=24)

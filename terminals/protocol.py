@@ -21,17 +21,28 @@ CREATE_CHANNEL = "terminals.create"
 REPLY_PREFIX = "terminals.reply."
 WORKER_PREFIX = "terminals.worker."
 
-# Requests, with their fields besides type/reply_to/deadline.
-CREATE = "terminal.create"  # id, owner_id, api_key_id, name, shell, argv, cwd, env, cols, rows
-INPUT = "terminal.input"  # id, data (str, sent as UTF-8)
-OUTPUT = "terminal.output"  # id, since, mode, head_lines, tail_lines, max_lines
+# Requests, with their fields besides type/reply_to/deadline. "read" is a dict of
+# read options: mode, head_lines, tail_lines, max_lines, strip_ansi.
+CREATE = "terminal.create"  # id, owner_id, api_key_id, name, shell, argv, cwd, env, cols, rows,
+#                             kind ("shell" | "command"), pty, command, args, output_byte_limit, session_id
+INPUT = "terminal.input"  # id, data (str, sent as UTF-8), close (end of input, pipes only)
+OUTPUT = "terminal.output"  # id, since, since_time (unix time), stream, read
+BYTES = "terminal.bytes"  # id, from_byte, max_bytes, strip_ansi, stream
 STATS = "terminal.stats"  # id
-TERMINATE = "terminal.terminate"  # id, signal (name), grace (seconds)
+INFO = "terminal.info"  # id: busy, foreground process, running command, waiting for input
+SCREEN = "terminal.screen"  # id: the screen as an emulator renders it
+RESIZE = "terminal.resize"  # id, cols, rows
+SIGNAL = "terminal.signal"  # id, signal (name): to the foreground process group
+WAIT = "terminal.wait"  # id, timeout (seconds): until the process exits
+KILL = "terminal.kill"  # id, signal, grace: ends the processes, keeps the output readable
+TERMINATE = "terminal.terminate"  # id, signal (name), grace (seconds): ends and frees the terminal
+COMMAND_RUN = "terminal.command.run"  # id, command, timeout, wait, read, actor (who, for the audit)
+COMMAND_GET = "terminal.command.get"  # id, command_id, read
+COMMAND_WAIT = "terminal.command.wait"  # id, command_id, timeout, read
+COMMAND_LIST = "terminal.command.list"  # id
 PING = "worker.ping"  # nothing; answers the worker's id and how many terminals it hosts
 
 REPLY = "terminal.reply"
-
-REQUEST_TYPES = (CREATE, INPUT, OUTPUT, STATS, TERMINATE, PING)
 
 
 def reply_ok(data: dict) -> dict:

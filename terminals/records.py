@@ -11,7 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from .audit import SYSTEM, audit
-from .models import TerminalSession, Worker
+from .models import AuditEvent, TerminalSession, Worker
 from .runtime.errors import SessionLimitReached
 from .runtime.pty import ExitStatus
 
@@ -89,7 +89,12 @@ def session_insert(message: dict, *, pid: int, worker_id: str) -> TerminalSessio
         api_key_id=message.get("api_key_id"),
         name=message.get("name", ""),
         pid=pid,
-        shell=message["shell"],
+        shell=message.get("shell", ""),
+        command=message.get("command", ""),
+        args=message.get("args", []),
+        pty=message.get("pty", True),
+        output_byte_limit=message.get("output_byte_limit"),
+        session_id=message.get("session_id", ""),
         cwd=message["cwd"],
         cols=message["cols"],
         rows=message["rows"],
@@ -117,6 +122,24 @@ def session_end(
     return record
 
 
+def session_resize(session_id: str, cols: int, rows: int) -> None:
+    TerminalSession.objects.filter(pk=session_id).update(cols=cols, rows=rows)
+
+
+def command_audit(terminal_id: str, command: dict, actor: dict) -> None:
+    """Records how an API command ended, under the user who ran it."""
+    AuditEvent.objects.create(
+        user_id=actor.get("user_id"),
+        username=actor.get("username", ""),
+        key_prefix=actor.get("key_prefix", ""),
+        source=actor.get("source", ""),
+        action="command_end",
+        terminal_id=terminal_id,
+        outcome="ok",
+        details=command,
+    )
+
+
 def session_created_data(record: TerminalSession) -> dict:
     return {
         "terminalId": str(record.id),
@@ -128,6 +151,11 @@ def session_created_data(record: TerminalSession) -> dict:
         "name": record.name,
         "cols": record.cols,
         "rows": record.rows,
+        "command": record.command,
+        "args": record.args,
+        "pty": record.pty,
+        "outputByteLimit": record.output_byte_limit,
+        "sessionId": record.session_id,
     }
 
 
@@ -151,6 +179,11 @@ def session_data(record: TerminalSession) -> dict:
         "released": iso(record.released),
         "owner": record.owner.get_username() if record.owner_id else None,
         "worker": record.worker_id,
+        "command": record.command,
+        "args": record.args,
+        "pty": record.pty,
+        "outputByteLimit": record.output_byte_limit,
+        "sessionId": record.session_id,
     }
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from django.conf import settings
 from drf_spectacular.utils import extend_schema_serializer, inline_serializer
 from rest_framework import serializers
@@ -9,7 +11,8 @@ from rest_framework import serializers
 from .models import AuditEvent, TerminalSession
 from .runtime.buffer import MODES
 
-SIGNALS = ("SIGTERM", "SIGINT", "SIGKILL", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+SIGNALS = ("SIGTERM", "SIGINT", "SIGKILL", "SIGHUP", "SIGQUIT", "SIGTSTP", "SIGCONT", "SIGUSR1", "SIGUSR2")
+STREAMS = ("both", "stdout", "stderr")
 
 
 def _limit(name: str) -> int:
@@ -39,11 +42,29 @@ class EnvField(serializers.Field):
 
 class TerminalCreateSerializer(serializers.Serializer):
     shell = serializers.CharField(required=False, allow_blank=True, max_length=4096)
+    command = serializers.CharField(required=False, max_length=4096, help_text="Run this program directly instead of a shell")
+    args = serializers.ListField(child=serializers.CharField(allow_blank=True, trim_whitespace=False), required=False, max_length=1000)
     cwd = serializers.CharField(required=False, allow_blank=True, max_length=4096, trim_whitespace=False)
     env = EnvField(required=False)
     cols = serializers.IntegerField(required=False, default=80, min_value=1)
     rows = serializers.IntegerField(required=False, default=24, min_value=1)
     name = serializers.CharField(required=False, allow_blank=True, max_length=100)
+    pty = serializers.BooleanField(required=False, default=True, help_text="false: pipes, stdout and stderr apart")
+    outputByteLimit = serializers.IntegerField(required=False, min_value=1, help_text="Keep only the newest bytes")
+    sessionId = serializers.CharField(required=False, allow_blank=True, max_length=200)
+
+    def validate(self, attrs):
+        if attrs.get("shell") and attrs.get("command"):
+            raise serializers.ValidationError({"command": "Give a shell or a command, not both."})
+        if attrs.get("args") and not attrs.get("command"):
+            raise serializers.ValidationError({"args": "args go with command."})
+        return attrs
+
+    def use_case_arguments(self) -> dict:
+        data = dict(self.validated_data)
+        data["output_byte_limit"] = data.pop("outputByteLimit", None)
+        data["session_id"] = data.pop("sessionId", "")
+        return data
 
     def validate_cols(self, value: int) -> int:
         return _at_most(value, _limit("MAX_COLS"))
@@ -61,14 +82,17 @@ def _at_most(value: int, limit: int) -> int:
 class TerminalInputSerializer(serializers.Serializer):
     input = serializers.CharField(allow_blank=True, trim_whitespace=False)
     appendNewline = serializers.BooleanField(required=False, default=True)
+    eof = serializers.BooleanField(required=False, default=False, help_text="Close the program's input (pty: false)")
 
 
-class OutputQuerySerializer(serializers.Serializer):
-    since = serializers.IntegerField(required=False, min_value=0)
+class ReadOptionsSerializer(serializers.Serializer):
+    """How much of a text to show: the modes of the REST contract, and escape-sequence stripping."""
+
     mode = serializers.ChoiceField(choices=MODES, required=False, default="full")
     headLines = serializers.IntegerField(required=False, default=50, min_value=0)
     tailLines = serializers.IntegerField(required=False, default=50, min_value=0)
     maxLines = serializers.IntegerField(required=False, default=1000, min_value=1)
+    stripAnsi = serializers.BooleanField(required=False, default=False)
 
     def validate(self, attrs):
         limit = _limit("MAX_OUTPUT_LINES")
@@ -77,26 +101,100 @@ class OutputQuerySerializer(serializers.Serializer):
                 raise serializers.ValidationError({field: f"Ensure this value is less than or equal to {limit}."})
         return attrs
 
-    def options(self) -> dict:
+    def read(self) -> dict:
         data = self.validated_data
         return {
-            "since": data.get("since"),
             "mode": data["mode"],
             "head_lines": data["headLines"],
             "tail_lines": data["tailLines"],
             "max_lines": data["maxLines"],
+            "strip_ansi": data["stripAnsi"],
         }
+
+
+class OutputQuerySerializer(ReadOptionsSerializer):
+    since = serializers.IntegerField(required=False, min_value=0)
+    sinceTime = serializers.DateTimeField(required=False, help_text="Lines that arrived at or after this time")
+    fromByte = serializers.IntegerField(required=False, min_value=0, help_text="Read by byte offset instead of line")
+    maxBytes = serializers.IntegerField(required=False, default=65536, min_value=1)
+    stream = serializers.ChoiceField(choices=STREAMS, required=False, default="both")
+
+    def validate_maxBytes(self, value: int) -> int:
+        return _at_most(value, _limit("MAX_READ_BYTES"))
+
+    def options(self) -> dict:
+        data = self.validated_data
+        if data.get("fromByte") is not None:
+            return {"from_byte": data["fromByte"], "max_bytes": data["maxBytes"], "strip_ansi": data["stripAnsi"],
+                    "stream": data["stream"]}
+        since_time = data.get("sinceTime")
+        return {
+            "since": data.get("since"),
+            "since_time": since_time.timestamp() if since_time else None,
+            "stream": data["stream"],
+            "read": self.read(),
+        }
+
+
+class CommandRunSerializer(ReadOptionsSerializer):
+    command = serializers.CharField(trim_whitespace=False, max_length=1 << 20)
+    timeoutMs = serializers.IntegerField(required=False, default=10_000, min_value=1)
+    wait = serializers.BooleanField(required=False, default=True)
+
+    def validate_command(self, value: str) -> str:
+        if not value.strip():
+            raise serializers.ValidationError("Must not be blank.")
+        if len(value.encode("utf-8", errors="surrogatepass")) > _limit("MAX_INPUT_BYTES"):
+            raise serializers.ValidationError(f"Longer than {_limit('MAX_INPUT_BYTES')} bytes.")
+        return value
+
+    def validate_timeoutMs(self, value: int) -> int:
+        return _at_most(value, _limit("MAX_WAIT_MS"))
+
+
+class WaitQuerySerializer(ReadOptionsSerializer):
+    timeoutMs = serializers.IntegerField(required=False, default=10_000, min_value=0)
+
+    def validate_timeoutMs(self, value: int) -> int:
+        return _at_most(value, _limit("MAX_WAIT_MS"))
+
+
+class SignalSerializer(serializers.Serializer):
+    signal = serializers.ChoiceField(choices=SIGNALS, required=False, default="SIGINT")
+
+    def to_internal_value(self, data):
+        return super().to_internal_value(_signal_name(data))
+
+
+class ResizeSerializer(serializers.Serializer):
+    cols = serializers.IntegerField(min_value=1)
+    rows = serializers.IntegerField(min_value=1)
+
+    def validate_cols(self, value: int) -> int:
+        return _at_most(value, _limit("MAX_COLS"))
+
+    def validate_rows(self, value: int) -> int:
+        return _at_most(value, _limit("MAX_ROWS"))
+
+
+def _signal_name(data):
+    """Accepts "INT", "sigint" and "SIGINT" alike."""
+    if isinstance(data, dict) and isinstance(data.get("signal"), str):
+        name = data["signal"].upper()
+        return {**data, "signal": name if name.startswith("SIG") else "SIG" + name}
+    return data
 
 
 class TerminateSerializer(serializers.Serializer):
     signal = serializers.ChoiceField(choices=SIGNALS, required=False, default="SIGTERM")
+    force = serializers.BooleanField(required=False, default=False, help_text="SIGKILL at once")
+    gracefulTimeoutMs = serializers.IntegerField(required=False, min_value=0, help_text="Time before SIGKILL")
 
     def to_internal_value(self, data):
-        if isinstance(data, dict) and isinstance(data.get("signal"), str) and not data["signal"].upper().startswith("SIG"):
-            data = {**data, "signal": "SIG" + data["signal"].upper()}
-        elif isinstance(data, dict) and isinstance(data.get("signal"), str):
-            data = {**data, "signal": data["signal"].upper()}
-        return super().to_internal_value(data)
+        return super().to_internal_value(_signal_name(data))
+
+    def validate_gracefulTimeoutMs(self, value: int) -> int:
+        return _at_most(value, _limit("MAX_WAIT_MS"))
 
 
 class ListQuerySerializer(serializers.Serializer):
@@ -135,6 +233,16 @@ class TerminalCreatedSerializer(serializers.Serializer):
     name = serializers.CharField()
     cols = serializers.IntegerField()
     rows = serializers.IntegerField()
+    command = serializers.CharField(allow_blank=True)
+    args = serializers.ListField(child=serializers.CharField())
+    pty = serializers.BooleanField()
+    outputByteLimit = serializers.IntegerField(allow_null=True)
+    sessionId = serializers.CharField(allow_blank=True)
+
+
+class ForegroundSerializer(serializers.Serializer):
+    pid = serializers.IntegerField()
+    command = serializers.CharField(allow_blank=True)
 
 
 class TerminalSerializer(serializers.Serializer):
@@ -155,6 +263,18 @@ class TerminalSerializer(serializers.Serializer):
     released = serializers.DateTimeField(allow_null=True)
     owner = serializers.CharField(allow_null=True)
     worker = serializers.CharField(allow_null=True)
+    command = serializers.CharField(allow_blank=True)
+    args = serializers.ListField(child=serializers.CharField())
+    pty = serializers.BooleanField()
+    outputByteLimit = serializers.IntegerField(allow_null=True)
+    sessionId = serializers.CharField(allow_blank=True)
+    # What a live terminal is doing now (detail of an active terminal only).
+    isActive = serializers.BooleanField(required=False)
+    busy = serializers.BooleanField(required=False)
+    foreground = ForegroundSerializer(required=False, allow_null=True)
+    waitingForInput = serializers.BooleanField(required=False)
+    runningCommand = serializers.DictField(required=False, allow_null=True)
+    exitStatus = serializers.DictField(required=False, allow_null=True)
 
 
 class TerminalListSerializer(serializers.Serializer):
@@ -208,6 +328,86 @@ class InputResultSerializer(serializers.Serializer):
     pendingBytes = serializers.IntegerField()
 
 
+class CommandSerializer(serializers.Serializer):
+    terminalId = serializers.UUIDField()
+    commandId = serializers.CharField()
+    command = serializers.CharField()
+    source = serializers.ChoiceField(choices=["api", "shell"])
+    status = serializers.ChoiceField(choices=["running", "completed"])
+    exitCode = serializers.IntegerField(allow_null=True)
+    signal = serializers.CharField(allow_null=True)
+    timedOut = serializers.BooleanField()
+    waitingForInput = serializers.BooleanField()
+    output = serializers.CharField()
+    truncated = serializers.BooleanField()
+    totalLines = serializers.IntegerField()
+    linesShown = serializers.IntegerField()
+    linesOmitted = serializers.IntegerField()
+    startedAt = serializers.DateTimeField()
+    finishedAt = serializers.DateTimeField(allow_null=True)
+    durationMs = serializers.FloatField(allow_null=True)
+
+
+class CommandSummarySerializer(serializers.Serializer):
+    commandId = serializers.CharField()
+    command = serializers.CharField()
+    source = serializers.ChoiceField(choices=["api", "shell"])
+    status = serializers.ChoiceField(choices=["running", "completed"])
+    exitCode = serializers.IntegerField(allow_null=True)
+    signal = serializers.CharField(allow_null=True)
+    startedAt = serializers.DateTimeField()
+    finishedAt = serializers.DateTimeField(allow_null=True)
+    durationMs = serializers.FloatField(allow_null=True)
+
+
+class CommandListSerializer(serializers.Serializer):
+    terminalId = serializers.UUIDField()
+    commands = CommandSummarySerializer(many=True)
+    count = serializers.IntegerField()
+
+
+class BytesSerializer(serializers.Serializer):
+    terminalId = serializers.UUIDField()
+    chunk = serializers.CharField()
+    fromByte = serializers.IntegerField()
+    nextByte = serializers.IntegerField()
+    eof = serializers.BooleanField()
+    truncated = serializers.BooleanField()
+    oldestByte = serializers.IntegerField()
+    totalBytes = serializers.IntegerField()
+    isActive = serializers.BooleanField()
+    exitStatus = ExitStatusSerializer(allow_null=True)
+
+
+class SignalResultSerializer(serializers.Serializer):
+    terminalId = serializers.UUIDField()
+    signal = serializers.CharField()
+    processGroup = serializers.IntegerField()
+
+
+class WaitResultSerializer(serializers.Serializer):
+    terminalId = serializers.UUIDField()
+    timedOut = serializers.BooleanField()
+    exitCode = serializers.IntegerField(allow_null=True)
+    signal = serializers.CharField(allow_null=True)
+
+
+class CursorSerializer(serializers.Serializer):
+    row = serializers.IntegerField()
+    col = serializers.IntegerField()
+
+
+class ScreenSerializer(serializers.Serializer):
+    terminalId = serializers.UUIDField()
+    cols = serializers.IntegerField()
+    rows = serializers.IntegerField()
+    lines = serializers.ListField(child=serializers.CharField(allow_blank=True))
+    cursor = CursorSerializer()
+    cursorVisible = serializers.BooleanField()
+    alternateScreen = serializers.BooleanField()
+    title = serializers.CharField(allow_blank=True)
+
+
 class HealthSerializer(serializers.Serializer):
     status = serializers.ChoiceField(choices=["healthy", "degraded"])
     uptime = serializers.FloatField()
@@ -228,6 +428,7 @@ ErrorEnvelope = inline_serializer(
 )
 
 
+@functools.cache
 def enveloped(serializer_class, *, message: bool = False):
     """The schema of a success envelope around serializer_class (never a list, whatever the action)."""
     fields = {"success": serializers.BooleanField(default=True), "data": serializer_class()}

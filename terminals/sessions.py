@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from . import protocol, worker_client
 from .audit import Actor, audit
-from .environment import build_env, invalid, resolve_cwd, resolve_shell, shell_argv, validate_env
+from .environment import build_env, invalid, resolve_cwd, resolve_program, resolve_shell, shell_argv, validate_env
 from .exceptions import ServiceError, TerminalInactive, TerminalNotFound, WorkerUnavailable
 from .models import TerminalSession
 from .records import session_data
@@ -44,7 +44,15 @@ def session_list(*, user, status: str = "active", session_filter: dict | None = 
 
 
 def session_detail(*, user, terminal_id) -> dict:
-    return session_data(session_get_for(user=user, terminal_id=terminal_id))
+    """The record, and for a live terminal what it is doing now (busy, foreground process, running command)."""
+    record = session_get_for(user=user, terminal_id=terminal_id)
+    data = session_data(record)
+    if record.is_active:
+        try:
+            data.update(_ask_worker(record, protocol.INFO))
+        except ServiceError:
+            pass  # the record alone still answers; the live part is best effort
+    return data
 
 
 # Talking to the terminal's worker
@@ -61,9 +69,9 @@ def _hosting_channel(record: TerminalSession) -> str:
     return record.worker.channel
 
 
-def _ask_worker(record: TerminalSession, message_type: str, timeout: float | None = None, **fields) -> dict:
+def _ask_worker(record: TerminalSession, message_type: str, reply_within: float | None = None, **fields) -> dict:
     try:
-        return worker_client.request_sync(_hosting_channel(record), message_type, timeout, id=str(record.id), **fields)
+        return worker_client.request_sync(_hosting_channel(record), message_type, reply_within, id=str(record.id), **fields)
     except TerminalNotFound:
         # The record exists but its worker no longer holds it: it ended and was freed.
         raise TerminalInactive(f"Terminal {record.id} is no longer held by its worker") from None
@@ -72,10 +80,35 @@ def _ask_worker(record: TerminalSession, message_type: str, timeout: float | Non
 # Use cases
 
 
-def session_create(*, actor: Actor, shell=None, cwd=None, env=None, cols=80, rows=24, name="") -> dict:
-    shell_path = resolve_shell(shell)
+def session_create(
+    *,
+    actor: Actor,
+    shell=None,
+    command=None,
+    args=None,
+    cwd=None,
+    env=None,
+    cols=80,
+    rows=24,
+    name="",
+    pty=True,
+    output_byte_limit=None,
+    session_id="",
+) -> dict:
+    """Starts a shell, or with command a program run directly (no shell in between)."""
     directory = resolve_cwd(cwd)
     requested_env = validate_env(env or {})
+    if command:
+        environment = build_env(requested_env, shell="")
+        program = resolve_program(command, environment["PATH"], directory)
+        fields = {"kind": "command", "shell": "", "command": program, "args": list(args or []),
+                  "argv": [program, *(args or [])], "pty": pty}
+    else:
+        if not pty:
+            raise invalid("pty", "a shell needs a PTY; pty: false is for commands")
+        shell_path = resolve_shell(shell)
+        environment = build_env(requested_env, shell=shell_path)
+        fields = {"kind": "shell", "shell": shell_path, "argv": shell_argv(shell_path)}
     terminal_id = str(uuid.uuid4())
     data = worker_client.request_sync(
         protocol.CREATE_CHANNEL,
@@ -84,15 +117,16 @@ def session_create(*, actor: Actor, shell=None, cwd=None, env=None, cols=80, row
         owner_id=actor.user.pk,
         api_key_id=actor.api_key.pk if actor.api_key is not None else None,
         name=name or "",
-        shell=shell_path,
-        argv=shell_argv(shell_path),
         cwd=directory,
-        env=build_env(requested_env, shell=shell_path),
+        env=environment,
         cols=cols,
         rows=rows,
+        output_byte_limit=output_byte_limit,
+        session_id=session_id or "",
+        **fields,
     )
-    audit(actor, "create", terminal_id=terminal_id, shell=shell_path, cwd=directory, name=name or "", pid=data["pid"],
-          env=sorted(requested_env))
+    audit(actor, "create", terminal_id=terminal_id, shell=fields["shell"], command=fields.get("command", ""),
+          args=fields.get("args", []), cwd=directory, name=name or "", pid=data["pid"], env=sorted(requested_env))
     return data
 
 
@@ -111,7 +145,7 @@ def _is_control_key(text: str) -> bool:
     return (first < 0x20 and text[0] not in "\t") or first == 0x7F
 
 
-def session_write(*, actor: Actor, terminal_id, text: str, append_newline: bool = True) -> dict:
+def session_write(*, actor: Actor, terminal_id, text: str, append_newline: bool = True, close: bool = False) -> dict:
     record = session_get_for(user=actor.user, terminal_id=terminal_id)
     if not record.is_active:
         raise TerminalInactive(f"Terminal {record.id} is {record.status}", {"status": record.status})
@@ -120,15 +154,19 @@ def session_write(*, actor: Actor, terminal_id, text: str, append_newline: bool 
         raise invalid("input", f"longer than {settings.TERMINALS['MAX_INPUT_BYTES']} bytes")
     data = normalize_input(text, append_newline=append_newline)
     # The audit row is written before the bytes reach the terminal.
-    audit(actor, "input", terminal_id=record.id, outcome="sent", input=data)
-    reply = _ask_worker(record, protocol.INPUT, data=data)
+    audit(actor, "input", terminal_id=record.id, outcome="sent", input=data, **({"close": True} if close else {}))
+    reply = _ask_worker(record, protocol.INPUT, data=data, close=close)
     TerminalSession.objects.filter(pk=record.pk).update(last_activity=timezone.now())
     return {"terminalId": str(record.id), **reply}
 
 
 def session_read(*, actor: Actor, terminal_id, options: dict) -> dict:
+    """Output by line (since, sinceTime, mode) or, with from_byte, by byte offset."""
     record = session_get_for(user=actor.user, terminal_id=terminal_id)
-    data = _ask_worker(record, protocol.OUTPUT, **options)
+    if options.get("from_byte") is not None:
+        data = _ask_worker(record, protocol.BYTES, **options)
+    else:
+        data = _ask_worker(record, protocol.OUTPUT, output_byte_limit=record.output_byte_limit, **options)
     return {"terminalId": str(record.id), **data}
 
 
@@ -137,21 +175,107 @@ def session_stats(*, actor: Actor, terminal_id) -> dict:
     return _ask_worker(record, protocol.STATS)
 
 
-def session_terminate(*, actor: Actor, terminal_id, signal: str = "SIGTERM", grace: float | None = None) -> dict:
+def session_terminate(
+    *, actor: Actor, terminal_id, signal: str = "SIGTERM", force: bool = False, grace_ms: int | None = None
+) -> dict:
+    """Ends the terminal's processes and frees it (the Agent Client Protocol's release); the record stays."""
     record = session_get_for(user=actor.user, terminal_id=terminal_id)
+    signal = "SIGKILL" if force else signal
+    grace = 0.0 if force else (None if grace_ms is None else grace_ms / 1000)
     kill_grace = settings.TERMINALS["KILL_GRACE_MS"] / 1000 if grace is None else grace
     # The worker may take the whole grace period and then a few seconds to reap.
-    data = _ask_worker(record, protocol.TERMINATE, signal=signal, grace=grace,
-                       timeout=worker_client.default_timeout() + kill_grace + 5)
+    data = _ask_worker(record, protocol.TERMINATE, worker_client.default_timeout() + kill_grace + 5,
+                       signal=signal, grace=grace)
     audit(actor, "delete", terminal_id=record.id, signal=signal, exitCode=data["exitCode"], endSignal=data["signal"])
     return data
+
+
+def _require_active(record: TerminalSession) -> None:
+    if not record.is_active:
+        raise TerminalInactive(f"Terminal {record.id} is {record.status}", {"status": record.status})
+
+
+def _wait_seconds(timeout_ms: int) -> float:
+    return min(timeout_ms, settings.TERMINALS["MAX_WAIT_MS"]) / 1000
+
+
+def session_screen(*, actor: Actor, terminal_id) -> dict:
+    record = session_get_for(user=actor.user, terminal_id=terminal_id)
+    return _ask_worker(record, protocol.SCREEN)
+
+
+def session_resize(*, actor: Actor, terminal_id, cols: int, rows: int) -> dict:
+    record = session_get_for(user=actor.user, terminal_id=terminal_id)
+    _require_active(record)
+    data = _ask_worker(record, protocol.RESIZE, cols=cols, rows=rows)
+    audit(actor, "resize", terminal_id=record.id, cols=cols, rows=rows)
+    return data
+
+
+def session_signal(*, actor: Actor, terminal_id, signal: str) -> dict:
+    """Sends a signal to the terminal's foreground process group, as Ctrl-C does."""
+    record = session_get_for(user=actor.user, terminal_id=terminal_id)
+    _require_active(record)
+    data = _ask_worker(record, protocol.SIGNAL, signal=signal)
+    audit(actor, "signal", terminal_id=record.id, signal=signal, processGroup=data["processGroup"])
+    return data
+
+
+def session_wait_exit(*, actor: Actor, terminal_id, timeout_ms: int) -> dict:
+    record = session_get_for(user=actor.user, terminal_id=terminal_id)
+    return worker_client_wait(record, protocol.WAIT, _wait_seconds(timeout_ms), {})
+
+
+def worker_client_wait(record: TerminalSession, message_type: str, seconds: float, fields: dict) -> dict:
+    """Asks the worker to wait up to seconds; the request itself may take that long plus the usual deadline."""
+    try:
+        return worker_client.request_sync(
+            _hosting_channel(record), message_type, worker_client.default_timeout() + seconds,
+            id=str(record.id), timeout=seconds, **fields,
+        )
+    except TerminalNotFound:
+        raise TerminalInactive(f"Terminal {record.id} is no longer held by its worker") from None
+
+
+def session_kill(*, actor: Actor, terminal_id, signal: str = "SIGKILL") -> dict:
+    """Ends the terminal's processes but keeps its output readable (the Agent Client Protocol's kill)."""
+    record = session_get_for(user=actor.user, terminal_id=terminal_id)
+    kill_grace = settings.TERMINALS["KILL_GRACE_MS"] / 1000
+    data = _ask_worker(record, protocol.KILL, worker_client.default_timeout() + kill_grace + 5, signal=signal)
+    audit(actor, "kill", terminal_id=record.id, signal=signal, exitCode=data["exitCode"], endSignal=data["signal"])
+    return data
+
+
+def session_command_run(*, actor: Actor, terminal_id, command: str, timeout_ms: int, wait: bool, read: dict) -> dict:
+    """Runs one command in a shell terminal; with wait, answers when it ends, stops at a prompt, or times out."""
+    record = session_get_for(user=actor.user, terminal_id=terminal_id)
+    _require_active(record)
+    # Like input, the command is on record before it reaches the terminal.
+    audit(actor, "command", terminal_id=record.id, outcome="sent", command=command)
+    return worker_client_wait(record, protocol.COMMAND_RUN, _wait_seconds(timeout_ms) if wait else 0,
+                              {"command": command, "wait": wait, "read": read, "actor": actor.as_dict()})
+
+
+def session_command_get(*, actor: Actor, terminal_id, command_id: str, read: dict) -> dict:
+    record = session_get_for(user=actor.user, terminal_id=terminal_id)
+    return _ask_worker(record, protocol.COMMAND_GET, command_id=command_id, read=read)
+
+
+def session_command_wait(*, actor: Actor, terminal_id, command_id: str, timeout_ms: int, read: dict) -> dict:
+    record = session_get_for(user=actor.user, terminal_id=terminal_id)
+    return worker_client_wait(record, protocol.COMMAND_WAIT, _wait_seconds(timeout_ms), {"command_id": command_id, "read": read})
+
+
+def session_command_list(*, actor: Actor, terminal_id) -> dict:
+    record = session_get_for(user=actor.user, terminal_id=terminal_id)
+    return _ask_worker(record, protocol.COMMAND_LIST)
 
 
 def health() -> dict:
     """Whether the database and a worker answer; never raises."""
     database_ok = _database_answers()
     try:
-        ping = worker_client.request_sync(protocol.CREATE_CHANNEL, protocol.PING, timeout=2.0)
+        ping = worker_client.request_sync(protocol.CREATE_CHANNEL, protocol.PING, reply_within=2.0)
         worker = {"ok": True, "id": ping["worker"]}
     except ServiceError as error:
         worker = {"ok": False, "error": error.default_code}

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import math
+from datetime import datetime, timezone
 
-from .runtime.buffer import LineRead, estimate_tokens
+from .runtime.ansi import strip_ansi
+from .runtime.buffer import LineRead, OutputBuffer, decode, estimate_tokens, shape_lines
+from .runtime.commands import Command
 from .runtime.pty import ExitStatus, PtySession
+from .runtime.shell import WaitResult
 
 
-def line_read_data(read: LineRead, session: PtySession) -> dict:
-    output = read.output
+def line_read_data(read: LineRead, session: PtySession, *, strip: bool = False) -> dict:
+    output = strip_ansi(read.output) if strip else read.output
     return {
         "output": output,
         "totalLines": read.total_lines,
@@ -50,3 +54,99 @@ def exit_status_data(status: ExitStatus | None) -> dict | None:
     if status is None:
         return None
     return {"exitCode": status.exit_code, "signal": status.signal}
+
+
+def iso_from_timestamp(moment: float | None) -> str | None:
+    if moment is None:
+        return None
+    stamp = datetime.fromtimestamp(moment, tz=timezone.utc)
+    return stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def read_text(text: str, read: dict) -> tuple[str, int, int, int]:
+    """Shapes text by the read options: (output, total lines, lines shown, lines omitted)."""
+    if read.get("strip_ansi"):
+        text = strip_ansi(text)
+    text = text.replace("\r\n", "\n")
+    ends_with_newline = text.endswith("\n")
+    lines = (text[:-1] if ends_with_newline else text).split("\n") if text else []
+    shaped, shown, omitted = shape_lines(
+        lines, read.get("mode", "full"), read.get("head_lines", 50), read.get("tail_lines", 50),
+        read.get("max_lines", 1000),
+    )
+    output = "\n".join(shaped) + ("\n" if ends_with_newline and shaped else "")
+    return output, len(lines), shown, omitted
+
+
+def command_data(session: PtySession, record: Command, read: dict, result: WaitResult | None = None) -> dict:
+    """A command as the commands endpoints return it; result is the outcome of the wait just made."""
+    text, evicted = ("", False) if record.start_byte is None else session.buffer.text_between(record.start_byte, record.end_byte)
+    output, total, shown, omitted = read_text(text, read)
+    return {
+        "commandId": record.id,
+        "command": record.command,
+        "source": record.source,
+        "status": record.status,
+        "exitCode": record.exit_code,
+        "signal": record.signal,
+        "timedOut": bool(result is not None and not result.finished and not result.waiting_for_input),
+        "waitingForInput": bool(result is not None and result.waiting_for_input),
+        "output": output,
+        "truncated": evicted or omitted > 0,
+        "totalLines": total,
+        "linesShown": shown,
+        "linesOmitted": omitted,
+        "startedAt": iso_from_timestamp(record.started_at),
+        "finishedAt": iso_from_timestamp(record.finished_at),
+        "durationMs": None if record.duration is None else round(record.duration * 1000, 3),
+    }
+
+
+def command_summary(record: Command) -> dict:
+    """A command in the history list: no output."""
+    return {
+        "commandId": record.id,
+        "command": record.command,
+        "source": record.source,
+        "status": record.status,
+        "exitCode": record.exit_code,
+        "signal": record.signal,
+        "startedAt": iso_from_timestamp(record.started_at),
+        "finishedAt": iso_from_timestamp(record.finished_at),
+        "durationMs": None if record.duration is None else round(record.duration * 1000, 3),
+    }
+
+
+def bytes_data(session: PtySession, buffer: OutputBuffer, from_byte: int, max_bytes: int, strip: bool) -> dict:
+    """A slice of output by byte offset (seed 001's stream_logs_from_tab)."""
+    complete = not session.is_alive
+    data, start, truncated = buffer.read_bytes(from_byte, max_bytes, complete=complete)
+    chunk = decode(data)
+    next_byte = start + len(data)
+    return {
+        "chunk": strip_ansi(chunk) if strip else chunk,
+        "fromByte": start,
+        "nextByte": next_byte,
+        "eof": complete and next_byte >= buffer.end,
+        "truncated": truncated,
+        "oldestByte": buffer.oldest_byte,
+        "totalBytes": buffer.end,
+        "isActive": session.is_alive,
+        "exitStatus": exit_status_data(session.exit_status),
+    }
+
+
+def info_data(session: PtySession) -> dict:
+    """What the terminal is doing now."""
+    commands = getattr(session, "commands", None)
+    running = commands.running if commands is not None else None
+    return {
+        "isActive": session.is_alive,
+        "busy": session.busy or running is not None,
+        "foreground": session.foreground_process(),
+        "waitingForInput": session.waiting_for_input() if (session.busy or running is not None) else False,
+        "runningCommand": command_summary(running) if running is not None else None,
+        "cols": session.cols,
+        "rows": session.rows,
+        "exitStatus": exit_status_data(session.exit_status),
+    }

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema
 from rest_framework import mixins, pagination, permissions, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -48,8 +48,9 @@ class TerminalViewSet(viewsets.ViewSet):
 
     @extend_schema(request=s.TerminalCreateSerializer, responses={201: s.enveloped(s.TerminalCreatedSerializer), **ERRORS})
     def create(self, request):
-        data = valid(s.TerminalCreateSerializer, request.data)
-        created = sessions.session_create(actor=Actor.from_request(request), **data)
+        serializer = s.TerminalCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        created = sessions.session_create(actor=Actor.from_request(request), **serializer.use_case_arguments())
         return ok(created, status=201)
 
     @extend_schema(responses={200: s.enveloped(s.TerminalSerializer), **ERRORS})
@@ -62,11 +63,11 @@ class TerminalViewSet(viewsets.ViewSet):
         responses={200: s.enveloped(s.TerminalSerializer, message=True), **ERRORS},
     )
     def destroy(self, request, pk=None):
-        body = request.data if request.data else {}
-        if not isinstance(body, dict):
-            raise InvalidInput("body: must be a JSON object", {"fields": {"body": ["Must be a JSON object."]}})
-        data = valid(s.TerminateSerializer, {**request.query_params.dict(), **body})
-        ended = sessions.session_terminate(actor=Actor.from_request(request), terminal_id=pk, signal=data["signal"])
+        data = valid(s.TerminateSerializer, _query_and_body(request))
+        ended = sessions.session_terminate(
+            actor=Actor.from_request(request), terminal_id=pk, signal=data["signal"], force=data["force"],
+            grace_ms=data.get("gracefulTimeoutMs"),
+        )
         return ok(ended, message="Terminal terminated successfully")
 
     @extend_schema(request=s.TerminalInputSerializer, responses={200: s.enveloped(s.InputResultSerializer, message=True), **ERRORS})
@@ -74,11 +75,13 @@ class TerminalViewSet(viewsets.ViewSet):
     def input(self, request, pk=None):
         data = valid(s.TerminalInputSerializer, request.data)
         sent = sessions.session_write(
-            actor=Actor.from_request(request), terminal_id=pk, text=data["input"], append_newline=data["appendNewline"]
+            actor=Actor.from_request(request), terminal_id=pk, text=data["input"],
+            append_newline=data["appendNewline"] and not data["eof"], close=data["eof"],
         )
         return ok(sent, message="Input sent successfully")
 
-    @extend_schema(parameters=[s.OutputQuerySerializer], responses={200: s.enveloped(s.OutputSerializer), **ERRORS})
+    @extend_schema(parameters=[s.OutputQuerySerializer],
+                   responses={200: PolymorphicProxySerializer("OutputOrBytes", [s.enveloped(s.OutputSerializer), s.enveloped(s.BytesSerializer)], None), **ERRORS})
     @action(detail=True, methods=["get"])
     def output(self, request, pk=None):
         query = s.OutputQuerySerializer(data=request.query_params)
@@ -89,6 +92,90 @@ class TerminalViewSet(viewsets.ViewSet):
     @action(detail=True, methods=["get"])
     def stats(self, request, pk=None):
         return ok(sessions.session_stats(actor=Actor.from_request(request), terminal_id=pk))
+
+
+    # Commands (seed 001's execute_command / start_process, seed 002's Execute / GetOutput)
+
+    @extend_schema(request=s.CommandRunSerializer, responses={200: s.enveloped(s.CommandSerializer), **ERRORS},
+                   methods=["POST"])
+    @extend_schema(responses={200: s.enveloped(s.CommandListSerializer), **ERRORS}, methods=["GET"])
+    @action(detail=True, methods=["get", "post"])
+    def commands(self, request, pk=None):
+        actor = Actor.from_request(request)
+        if request.method == "GET":
+            return ok(sessions.session_command_list(actor=actor, terminal_id=pk))
+        serializer = s.CommandRunSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        return ok(sessions.session_command_run(
+            actor=actor, terminal_id=pk, command=data["command"], timeout_ms=data["timeoutMs"], wait=data["wait"],
+            read=serializer.read(),
+        ))
+
+    @extend_schema(parameters=[s.ReadOptionsSerializer], responses={200: s.enveloped(s.CommandSerializer), **ERRORS},
+                   operation_id="terminals_command_retrieve")
+    @action(detail=True, methods=["get"], url_path=r"commands/(?P<command_id>[A-Za-z0-9_]+)")
+    def command(self, request, pk=None, command_id=None):
+        query = s.ReadOptionsSerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        return ok(sessions.session_command_get(
+            actor=Actor.from_request(request), terminal_id=pk, command_id=command_id, read=query.read()
+        ))
+
+    @extend_schema(request=s.WaitQuerySerializer, parameters=[s.WaitQuerySerializer],
+                   responses={200: s.enveloped(s.CommandSerializer), **ERRORS})
+    @action(detail=True, methods=["post"], url_path=r"commands/(?P<command_id>[A-Za-z0-9_]+)/wait")
+    def command_wait(self, request, pk=None, command_id=None):
+        query = s.WaitQuerySerializer(data=_query_and_body(request))
+        query.is_valid(raise_exception=True)
+        return ok(sessions.session_command_wait(
+            actor=Actor.from_request(request), terminal_id=pk, command_id=command_id,
+            timeout_ms=query.validated_data["timeoutMs"], read=query.read(),
+        ))
+
+    # Processes (seed 001's stop_process, seed 003's wait_for_exit and kill)
+
+    @extend_schema(request=s.SignalSerializer, responses={200: s.enveloped(s.SignalResultSerializer), **ERRORS})
+    @action(detail=True, methods=["post"])
+    def signal(self, request, pk=None):
+        data = valid(s.SignalSerializer, _body(request))
+        return ok(sessions.session_signal(actor=Actor.from_request(request), terminal_id=pk, signal=data["signal"]))
+
+    @extend_schema(request=s.ResizeSerializer, responses={200: s.enveloped(s.ResizeSerializer), **ERRORS})
+    @action(detail=True, methods=["post"])
+    def resize(self, request, pk=None):
+        data = valid(s.ResizeSerializer, _body(request))
+        return ok(sessions.session_resize(actor=Actor.from_request(request), terminal_id=pk, **data))
+
+    @extend_schema(request=s.WaitQuerySerializer, parameters=[s.WaitQuerySerializer],
+                   responses={200: s.enveloped(s.WaitResultSerializer), **ERRORS})
+    @action(detail=True, methods=["post"])
+    def wait(self, request, pk=None):
+        data = valid(s.WaitQuerySerializer, _query_and_body(request))
+        return ok(sessions.session_wait_exit(actor=Actor.from_request(request), terminal_id=pk, timeout_ms=data["timeoutMs"]))
+
+    @extend_schema(request=s.SignalSerializer, responses={200: s.enveloped(s.TerminalSerializer), **ERRORS})
+    @action(detail=True, methods=["post"])
+    def kill(self, request, pk=None):
+        body = _body(request)
+        data = valid(s.SignalSerializer, {"signal": "SIGKILL", **body})
+        return ok(sessions.session_kill(actor=Actor.from_request(request), terminal_id=pk, signal=data["signal"]))
+
+    @extend_schema(responses={200: s.enveloped(s.ScreenSerializer), **ERRORS})
+    @action(detail=True, methods=["get"])
+    def screen(self, request, pk=None):
+        return ok(sessions.session_screen(actor=Actor.from_request(request), terminal_id=pk))
+
+
+def _body(request) -> dict:
+    body = request.data if request.data else {}
+    if not isinstance(body, dict):
+        raise InvalidInput("body: must be a JSON object", {"fields": {"body": ["Must be a JSON object."]}})
+    return body
+
+
+def _query_and_body(request) -> dict:
+    return {**request.query_params.dict(), **_body(request)}
 
 
 HEALTH = s.enveloped(s.HealthSerializer)

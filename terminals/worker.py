@@ -22,7 +22,11 @@ from .runtime.errors import TerminalError
 from .runtime.manager import Limits, SessionManager
 from .runtime.processes import signal_number
 from .runtime.pty import ExitStatus, SpawnSpec
-from .shapes import line_read_data, stats_data
+from .runtime.buffer import OutputBuffer
+from .runtime.commands import Command
+from .runtime.pty import PtySession
+from .runtime.shell import ShellSession
+from .shapes import bytes_data, command_data, command_summary, info_data, line_read_data, stats_data
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +44,37 @@ def _stop_ignoring_signals() -> None:
     for signum in INHERITABLE_IGNORES:
         if signal.getsignal(signum) == signal.SIG_IGN:
             signal.signal(signum, lambda *_: None)
+
+
+class InvalidRequest(TerminalError):
+    """The request does not fit this kind of terminal."""
+
+    code = "INVALID_INPUT"
+
+
+class CommandNotFound(TerminalError):
+    """The terminal has no command with that id."""
+
+    code = "COMMAND_NOT_FOUND"
+
+
+def session_class_for(message: dict) -> type[PtySession]:
+    """A shell runs commands; a program runs on a PTY, or on pipes when pty is false."""
+    if message.get("kind", "shell") == "shell":
+        return ShellSession
+    if message.get("pty", True):
+        return PtySession
+    from .runtime.pipes import PipeSession
+
+    return PipeSession
+
+
+def _buffer(session, stream: str | None) -> OutputBuffer:
+    if stream in (None, "", "both"):
+        return session.buffer
+    if not hasattr(session, "buffer_for"):
+        raise InvalidRequest("stream: only a terminal without a PTY keeps stdout and stderr apart")
+    return session.buffer_for(stream)
 
 
 def limits_from_settings() -> Limits:
@@ -118,6 +153,17 @@ class TerminalWorker:
             protocol.STATS: self.handle_stats,
             protocol.TERMINATE: self.handle_terminate,
             protocol.PING: self.handle_ping,
+            protocol.BYTES: self.handle_bytes,
+            protocol.INFO: self.handle_info,
+            protocol.SCREEN: self.handle_screen,
+            protocol.RESIZE: self.handle_resize,
+            protocol.SIGNAL: self.handle_signal,
+            protocol.WAIT: self.handle_wait,
+            protocol.KILL: self.handle_kill,
+            protocol.COMMAND_RUN: self.handle_command_run,
+            protocol.COMMAND_GET: self.handle_command_get,
+            protocol.COMMAND_WAIT: self.handle_command_wait,
+            protocol.COMMAND_LIST: self.handle_command_list,
         }
 
     # Running
@@ -199,7 +245,11 @@ class TerminalWorker:
         spec = SpawnSpec(
             argv=message["argv"], cwd=message["cwd"], env=message["env"], cols=message["cols"], rows=message["rows"]
         )
-        session = self.manager.create(message["id"], spec)
+        limit = message.get("output_byte_limit")
+        session = self.manager.create(
+            message["id"], spec, session_class=session_class_for(message),
+            buffer_bytes=min(limit, self.manager.limits.buffer_bytes) if limit else None,
+        )
         try:
             record = await self.database.run(
                 lambda: records.session_insert(message, pid=session.pid, worker_id=self.id)
@@ -212,23 +262,124 @@ class TerminalWorker:
     async def handle_input(self, message: dict) -> dict:
         data = message["data"].encode("utf-8", errors="surrogateescape")
         session = self.manager.get(message["id"])
-        session.write(data)
+        if data:
+            session.write(data)
+        if message.get("close"):
+            if not hasattr(session, "close_input"):
+                raise InvalidRequest("only a terminal without a PTY has an input to close; send Ctrl-D (\\x04) instead")
+            session.close_input()
         return {"bytesWritten": len(data), "pendingBytes": session.pending_input}
 
     async def handle_output(self, message: dict) -> dict:
         session = self.manager.get(message["id"])
-        read = session.buffer.read_lines(
-            since=message.get("since"),
-            mode=message.get("mode", "full"),
-            head_lines=message.get("head_lines", 50),
-            tail_lines=message.get("tail_lines", 50),
-            max_lines=message.get("max_lines", 1000),
+        buffer = _buffer(session, message.get("stream"))
+        read = message.get("read", {})
+        since = message.get("since")
+        if message.get("since_time") is not None:
+            since = max(since or 0, buffer.line_since_time(message["since_time"]))
+        result = buffer.read_lines(
+            since=since,
+            mode=read.get("mode", "full"),
+            head_lines=read.get("head_lines", 50),
+            tail_lines=read.get("tail_lines", 50),
+            max_lines=read.get("max_lines", 1000),
         )
-        return line_read_data(read, session)
+        data = line_read_data(result, session, strip=read.get("strip_ansi", False))
+        limit = message.get("output_byte_limit")
+        if limit:
+            text, cut = buffer.newest_text(limit)
+            data["acpOutput"], data["acpTruncated"] = text, cut
+        return data
+
+    async def handle_bytes(self, message: dict) -> dict:
+        session = self.manager.get(message["id"])
+        buffer = _buffer(session, message.get("stream"))
+        return bytes_data(session, buffer, message["from_byte"], message["max_bytes"], message.get("strip_ansi", False))
 
     async def handle_stats(self, message: dict) -> dict:
         session = self.manager.get(message["id"])
         return stats_data(message["id"], session)
+
+    async def handle_info(self, message: dict) -> dict:
+        return info_data(self.manager.get(message["id"]))
+
+    async def handle_screen(self, message: dict) -> dict:
+        session = self.manager.get(message["id"])
+        if not hasattr(session, "screen"):
+            raise InvalidRequest("a terminal without a PTY has no screen")
+        return {"terminalId": message["id"], **session.screen()}
+
+    async def handle_resize(self, message: dict) -> dict:
+        session = self.manager.get(message["id"])
+        session.resize(message["cols"], message["rows"])
+        await self.database.run(lambda: records.session_resize(message["id"], message["cols"], message["rows"]))
+        return {"terminalId": message["id"], "cols": message["cols"], "rows": message["rows"]}
+
+    async def handle_signal(self, message: dict) -> dict:
+        session = self.manager.get(message["id"])
+        group = session.signal_foreground(signal_number(message["signal"]))
+        return {"terminalId": message["id"], "signal": message["signal"], "processGroup": group}
+
+    async def handle_wait(self, message: dict) -> dict:
+        session = self.manager.get(message["id"])
+        status = await session.wait_for_exit(timeout=message["timeout"])
+        return {
+            "terminalId": message["id"],
+            "timedOut": status is None,
+            "exitCode": status.exit_code if status else None,
+            "signal": status.signal if status else None,
+        }
+
+    async def handle_kill(self, message: dict) -> dict:
+        session_id = message["id"]
+        was_alive = self.manager.get(session_id).is_alive
+        status = await self.manager.terminate(
+            session_id, signal_number(message.get("signal", "SIGKILL")), message.get("grace"), release=False
+        )
+        status = status or ExitStatus(exit_code=None, signal="SIGKILL")
+        ended_as = records.KILLED if was_alive else None
+        return await self.database.run(
+            lambda: records.session_data(records.session_end(session_id, status, ended_as, release=False))
+        )
+
+    # Commands
+
+    def _shell(self, session_id: str) -> ShellSession:
+        session = self.manager.get(session_id)
+        if not isinstance(session, ShellSession):
+            raise InvalidRequest("commands run in shell terminals; this one runs a program directly")
+        return session
+
+    def _command(self, message: dict) -> tuple[ShellSession, Command]:
+        session = self._shell(message["id"])
+        record = session.commands.get(message["command_id"])
+        if record is None:
+            raise CommandNotFound(f"no command {message['command_id']} in terminal {message['id']}")
+        return session, record
+
+    async def handle_command_run(self, message: dict) -> dict:
+        session = self._shell(message["id"])
+        record = session.run_command(message["command"])
+        actor, terminal_id = message.get("actor") or {}, message["id"]
+        record.on_finish = lambda finished: self.database.submit(
+            lambda: records.command_audit(terminal_id, command_summary(finished), actor)
+        )
+        result = await session.wait_command(record, message["timeout"]) if message.get("wait", True) else None
+        return {"terminalId": message["id"], **command_data(session, record, message.get("read", {}), result)}
+
+    async def handle_command_get(self, message: dict) -> dict:
+        session, record = self._command(message)
+        return {"terminalId": message["id"], **command_data(session, record, message.get("read", {}))}
+
+    async def handle_command_wait(self, message: dict) -> dict:
+        session, record = self._command(message)
+        result = await session.wait_command(record, message["timeout"])
+        return {"terminalId": message["id"], **command_data(session, record, message.get("read", {}), result)}
+
+    async def handle_command_list(self, message: dict) -> dict:
+        session = self._shell(message["id"])
+        history = [command_summary(record) for record in session.commands.history()]
+        return {"terminalId": message["id"], "commands": history, "count": len(history)}
 
     async def handle_terminate(self, message: dict) -> dict:
         session_id = message["id"]

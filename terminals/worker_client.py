@@ -29,9 +29,9 @@ def default_timeout() -> float:
     return settings.TERMINALS["WORKER_TIMEOUT_MS"] / 1000
 
 
-async def request(channel: str, message_type: str, timeout: float | None = None, **fields) -> dict:
-    """Returns the worker's reply data; raises the error it reported, or WorkerUnavailable."""
-    timeout = default_timeout() if timeout is None else timeout
+async def request(channel: str, message_type: str, reply_within: float | None = None, **fields) -> dict:
+    """Returns the worker's reply data; raises the error it reported, or WorkerUnavailable after reply_within seconds."""
+    timeout = default_timeout() if reply_within is None else reply_within
     layer = get_channel_layer()
     try:
         return await asyncio.wait_for(_exchange(layer, channel, message_type, timeout, fields), timeout)
@@ -53,6 +53,6 @@ async def _exchange(layer, channel: str, message_type: str, timeout: float, fiel
     raise from_code(error.get("code", "INTERNAL_ERROR"), error.get("message", "Worker error"), error.get("details"))
 
 
-def request_sync(channel: str, message_type: str, timeout: float | None = None, **fields) -> dict:
+def request_sync(channel: str, message_type: str, reply_within: float | None = None, **fields) -> dict:
     """request() for synchronous code such as DRF views."""
-    return async_to_sync(request)(channel, message_type, timeout, **fields)
+    return async_to_sync(request)(channel, message_type, reply_within, **fields)

@@ -149,6 +149,11 @@ def test_move_past_the_end_of_the_line_pads_with_spaces() -> None:
     assert strip_ansi("ab\x1b[5GX") == "ab  X"
 
 
+def test_move_to_a_huge_column_is_bounded() -> None:
+    """CSI n G with an absurd n pads to a bounded width instead of allocating n columns."""
+    assert len(strip_ansi("\x1b[999999999GX")) <= 1001
+
+
 def test_colours_inside_an_overwritten_line_do_not_shift_columns() -> None:
     """Escape sequences take no columns when a carriage return overwrites the line."""
     assert strip_ansi("\x1b[1mabc\x1b[0m\r\x1b[31mX\x1b[0m") == "Xbc"

@@ -107,6 +107,26 @@ def test_resize_keeps_the_cursor_on_screen() -> None:
     assert cursor_of(mirror) == (2, 9)
 
 
+def test_resize_to_fewer_rows_keeps_the_cursor_row() -> None:
+    """Fewer rows drop the rows below the cursor first, and rows above it only as far as needed."""
+    near_top = mirror_of(b"one\r\ntwo\r\nthree\x1b[1;1H")
+    near_top.resize(20, 2)
+    assert near_top.snapshot()["lines"] == ["one", "two"]
+    assert cursor_of(near_top) == (0, 0)
+    at_bottom = mirror_of(b"a\r\nb\r\nc\r\nd\r\n$ ")
+    at_bottom.resize(20, 2)
+    assert at_bottom.snapshot()["lines"] == ["d", "$"]
+    assert cursor_of(at_bottom) == (1, 2)
+
+
+def test_resize_to_the_same_size_keeps_a_pending_wrap() -> None:
+    """A resize that changes nothing leaves the next character wrapping to the next row."""
+    mirror = mirror_of(b"0123456789", cols=10)
+    mirror.resize(10, 5)
+    mirror.feed(b"X")
+    assert mirror.snapshot()["lines"][:2] == ["0123456789", "X"]
+
+
 def test_resize_wider_leaves_room_for_longer_lines() -> None:
     """After widening, text runs into the new columns without wrapping."""
     mirror = mirror_of(b"", cols=5)
@@ -157,7 +177,7 @@ def test_leaving_without_entering_changes_nothing() -> None:
 
 
 def test_shrinking_in_the_alternate_screen_keeps_the_bottom_of_the_main_screen() -> None:
-    """Rows lost to a resize while a program runs come off the top of the restored screen."""
+    """A resize while a program runs shrinks the restored screen as it would the live one, keeping the prompt."""
     mirror = mirror_of(MAIN_SCREEN + b"\x1b[?1049h", cols=20, rows=5)
     mirror.resize(4, 2)
     mirror.feed(b"\x1b[?1049l")
@@ -295,7 +315,9 @@ class MirroredShell:
         self.mirror.feed(data)
         return self.mirror.snapshot()
 
-    async def wait_for_screen(self, condition: Callable[[Snapshot], bool], what: str, timeout: float = 10.0) -> Snapshot:
+    async def wait_for_screen(
+        self, condition: Callable[[Snapshot], bool], what: str, timeout: float = 10.0
+    ) -> Snapshot:
         """Returns the first snapshot that meets condition; fails after timeout seconds."""
         deadline = time.monotonic() + timeout
         while not condition(snapshot := self._catch_up()):

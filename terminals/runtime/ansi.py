@@ -26,6 +26,8 @@ _INVISIBLE = re.compile(
     r")"
 )
 
+_WIDEST_LINE = 1000  # columns; more than any terminal has, and a bound on what CSI n G can allocate
+
 _LINE_CONTROL = re.compile(rf"(\r|\x08|{_LINE_EDIT})")
 _NEEDS_RENDERING = re.compile(r"[\r\x08\x1b\x9b]")
 
@@ -80,7 +82,7 @@ def _apply_line_edit(cells: list[str], column: int, sequence: str) -> int:
     argument = sequence.strip("\x1b[\x9bGK")
     number = int(argument) if argument else 0
     if sequence[-1] == "G":
-        return max(number - 1, 0)
+        return min(max(number - 1, 0), _WIDEST_LINE)
     if number in (0, 2):
         del cells[column:]  # up to the end of the line
     if number in (1, 2):  # from the start of the line through the cursor

@@ -42,6 +42,7 @@ class Command:
     signal: str | None = None
     status: str = RUNNING
     done: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    on_finish: Callable[[Command], None] | None = field(default=None, repr=False)
 
     @property
     def duration(self) -> float | None:
@@ -56,6 +57,8 @@ class Command:
         self.finished_at = when
         self.status = COMPLETED
         self.done.set()
+        if self.on_finish is not None:
+            self.on_finish(self)
 
 
 def _signal_of(exit_code: int | None) -> str | None:
@@ -161,8 +164,9 @@ class CommandTracker:
             self.typed.finish(exit_code=exit_code, at_byte=offset, when=self._clock())
             self.typed = None
         current = self.current
-        if current is not None and current.start_byte is None and self._prompt_answers_current:
-            # The prompt came back before the command began: the shell refused its text (a syntax error).
+        if current is not None and (current.start_byte is not None or self._prompt_answers_current):
+            # The prompt is back without the end marker: Ctrl-C or a signal abandoned the rest of the
+            # line, or (before it began) the shell refused its text, a syntax error.
             self._finish_current(exit_code, offset)
         self._prompt_answers_current = False
         self.at_prompt.set()

@@ -53,15 +53,26 @@ class SessionManager:
     def active_count(self) -> int:
         return sum(1 for session in self._sessions.values() if session.is_alive)
 
-    def create(self, session_id: str, spec: SpawnSpec, *, shell: bool = True) -> PtySession:
-        """Starts a terminal (a ShellSession when shell); raises SessionLimitReached or SpawnFailed."""
+    def create(
+        self,
+        session_id: str,
+        spec: SpawnSpec,
+        *,
+        session_class: type[PtySession] = ShellSession,
+        buffer_bytes: int | None = None,
+    ) -> PtySession:
+        """Starts a terminal; raises SessionLimitReached or SpawnFailed.
+
+        session_class: ShellSession for a shell that runs commands, PtySession for a
+        program on a PTY, or a class with the same interface (such as a PipeSession).
+        """
         if self.active_count >= self.limits.max_sessions:
             raise SessionLimitReached(
                 f"this worker already hosts {self.limits.max_sessions} terminals",
                 limit=self.limits.max_sessions,
             )
-        buffer = OutputBuffer(max_lines=self.limits.buffer_lines, max_bytes=self.limits.buffer_bytes)
-        session = (ShellSession if shell else PtySession)(
+        buffer = OutputBuffer(max_lines=self.limits.buffer_lines, max_bytes=buffer_bytes or self.limits.buffer_bytes)
+        session = session_class(
             spec,
             buffer=buffer,
             max_pending_input=self.limits.max_pending_input,
@@ -83,15 +94,16 @@ class SessionManager:
             self._on_exit(session_id, session.exit_status)
 
     async def terminate(
-        self, session_id: str, signum: int = signal.SIGTERM, grace: float | None = None
+        self, session_id: str, signum: int = signal.SIGTERM, grace: float | None = None, *, release: bool = True
     ) -> ExitStatus | None:
-        """Ends the terminal's processes and frees it; returns how its first process ended."""
+        """Ends the terminal's processes (and frees it, when release); returns how its first process ended."""
         session = self.get(session_id)
         status = session.exit_status
         # A shell that already exited can leave jobs behind in its session: they end too.
         if session.is_alive or processes.session_members(session.pid):
             status = await session.terminate(signum, self.limits.kill_grace if grace is None else grace)
-        self.release(session_id)
+        if release:
+            self.release(session_id)
         return status
 
     def release(self, session_id: str) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import errno
 import fcntl
 import os
+import re
 import shutil
 import signal
 import struct
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from . import processes
 from .buffer import OutputBuffer
 from .errors import KillFailed, SessionInactive, SpawnFailed, WriteFailed
+from .screen import ScreenMirror
 
 # util-linux setsid(1) makes the child a session leader and takes the PTY as its
 # controlling terminal (TIOCSCTTY), so Ctrl-C and job control work. Spawning
@@ -28,6 +30,8 @@ SETSID = shutil.which("setsid") or "/usr/bin/setsid"
 READS_PER_WAKEUP = 16  # a PTY read returns about 4 KiB; batching saves loop iterations
 EXIT_DRAIN_SECONDS = 0.25  # how long output may trail the process's exit before exit is reported
 MEMBER_POLL_SECONDS = 0.02
+SCREEN_REPLAY_BYTES = 256 * 1024  # at most this much output is replayed to rebuild the screen
+QUERIES = re.compile(rb"\x1b\[(?:[56]n|0?c)")  # cursor position, device status, device attributes
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,9 @@ class PtySession:
         self._exited = asyncio.Event()
         self._output_seen: asyncio.Event | None = None
         self.exit_status: ExitStatus | None = None
+        self.cols, self.rows = spec.cols, spec.rows
+        self._screen: ScreenMirror | None = None
+        self._screen_fed = 0  # absolute byte up to which the screen mirror has seen the output
         self.terminating = False  # ended on request, so its exit is the requester's to record
         self.started_at = clock()
         self.last_activity = self.started_at
@@ -135,6 +142,7 @@ class PtySession:
 
     def _on_readable(self) -> None:
         chunks = []
+        at_eof = False
         for _ in range(READS_PER_WAKEUP):
             try:
                 chunk = os.read(self._fd, 65536)
@@ -145,19 +153,45 @@ class PtySession:
                     raise
                 chunk = b""
             if not chunk:
-                self._on_eof()
+                at_eof = True
                 break
             chunks.append(chunk)
         if chunks:
             self.last_activity = self._clock()
             self.buffer.mark_time(self.last_activity)
             self._ingest(b"".join(chunks) if len(chunks) > 1 else chunks[0])
+        if at_eof:
+            self._on_eof()  # after storing what came with it, so an exit report sees all output
             if self._output_seen is not None:
                 self._output_seen.set()
 
     def _ingest(self, data: bytes) -> None:
         """Takes output in; subclasses look into it first."""
         self.buffer.append(data)
+        self._answer_queries(data)
+
+    def _answer_queries(self, data: bytes) -> None:
+        # A program asking where the cursor is (ESC[6n) waits for the answer; with
+        # no terminal emulator attached, the service's own mirror gives it.
+        if QUERIES.search(data) and self.is_alive:
+            replies = self._screen_mirror(answer=True)[1]
+            if replies:
+                self.write(replies)
+
+    def screen(self) -> dict:
+        """The visible screen as a terminal emulator renders the output so far."""
+        return self._screen_mirror()[0].snapshot()
+
+    def _screen_mirror(self, answer: bool = False) -> tuple[ScreenMirror, bytes]:
+        buffer = self.buffer
+        if self._screen is None or self._screen_fed < buffer.oldest_byte or buffer.end - self._screen_fed > SCREEN_REPLAY_BYTES:
+            # Full-screen programs redraw often, so the newest output rebuilds the screen well enough.
+            self._screen = ScreenMirror(self.cols, self.rows)
+            self._screen_fed = max(buffer.oldest_byte, buffer.end - SCREEN_REPLAY_BYTES)
+        data, _, _ = buffer.read_bytes(self._screen_fed, buffer.end - self._screen_fed, complete=True)
+        self._screen_fed = buffer.end
+        replies = self._screen.feed_and_answer(data) if answer else (self._screen.feed(data) or b"")
+        return self._screen, replies
 
     def _on_eof(self) -> None:
         self._eof = True
@@ -303,6 +337,10 @@ class PtySession:
         if not self.is_alive:
             raise SessionInactive("the terminal's process has ended")
         _set_window_size(self._fd, cols, rows)
+        self.cols, self.rows = cols, rows
+        if self._screen is not None:
+            self._screen_mirror()
+            self._screen.resize(cols, rows)
 
     # Stopping
 

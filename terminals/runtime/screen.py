@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -35,11 +36,13 @@ class Snapshot(TypedDict):
     title: str
 
 
+Line = StaticDefaultDict[int, Char]
+
+
 @dataclass(frozen=True)
 class _SavedScreen:
-    lines: dict[int, StaticDefaultDict[int, Char]]
+    lines: dict[int, Line]
     cursor: Cursor
-    rows: int
 
 
 class _MirrorScreen(pyte.Screen):
@@ -53,6 +56,26 @@ class _MirrorScreen(pyte.Screen):
     in_alternate_screen: bool
     in_control_string: bool
     _saved_main: _SavedScreen | None
+
+    def resize(self, lines: int | None = None, columns: int | None = None) -> None:
+        """Resizes as pyte does, except that fewer rows keep the cursor's row on screen and drop rows below it first.
+
+        pyte alone drops rows from the top whatever the cursor's row, which
+        loses a shell's prompt whenever the screen is not full.
+        """
+        if (lines or self.lines) == self.lines and (columns or self.columns) == self.columns:
+            return
+        if lines is not None and lines < self.lines:
+            kept, shift = _fit_rows(self.buffer, self.cursor.y, lines)
+            self.buffer.clear()
+            self.buffer.update(kept)
+            self.cursor.y -= shift
+            self.lines = lines
+            self.set_margins()
+            self.dirty.update(range(lines))
+        super().resize(lines, columns)
+        self.ensure_hbounds()
+        self.ensure_vbounds()
 
     def reset(self) -> None:
         super().reset()
@@ -74,7 +97,7 @@ class _MirrorScreen(pyte.Screen):
 
     def _enter_alternate_screen(self) -> None:
         lines = {row: copy.copy(line) for row, line in self.buffer.items()}
-        self._saved_main = _SavedScreen(lines=lines, cursor=copy.copy(self.cursor), rows=self.lines)
+        self._saved_main = _SavedScreen(lines=lines, cursor=copy.copy(self.cursor))
         self.in_alternate_screen = True
         # Always starts blank: the previous alternate content is not kept, so 47 and 1047 clear as 1049 does.
         self.erase_in_display(2)
@@ -82,30 +105,24 @@ class _MirrorScreen(pyte.Screen):
     def _leave_alternate_screen(self, *, restore_cursor: bool) -> None:
         saved = self._saved_main
         assert saved is not None
-        # Rows lost to shrinking while in the alternate screen go from the top, as pyte's resize drops them.
-        dropped = max(saved.rows - self.lines, 0)
+        # The screen may have been resized meanwhile; the saved lines shrink as resize() shrinks the live ones.
+        kept, shift = _fit_rows(saved.lines, saved.cursor.y, self.lines)
         self.buffer.clear()
-        self.buffer.update(self._fit_to_screen(saved.lines, dropped))
+        self.buffer.update(kept)
+        self._cut_lines_at_width()
         if restore_cursor:
             self.cursor = saved.cursor
-            self.cursor.y -= dropped
+            self.cursor.y -= shift
         self.ensure_hbounds()
         self.ensure_vbounds()
         self.dirty.update(range(self.lines))
         self.in_alternate_screen = False
         self._saved_main = None
 
-    def _fit_to_screen(
-        self, lines: dict[int, StaticDefaultDict[int, Char]], dropped: int
-    ) -> dict[int, StaticDefaultDict[int, Char]]:
-        """Returns the lines moved up by dropped rows and cut at the screen's current width."""
-        fitted = {}
-        for row, line in lines.items():
-            if row >= dropped:
-                for column in [column for column in line if column >= self.columns]:
-                    del line[column]
-                fitted[row - dropped] = line
-        return fitted
+    def _cut_lines_at_width(self) -> None:
+        for line in self.buffer.values():
+            for column in [column for column in line if column >= self.columns]:
+                del line[column]
 
     # Control strings (DCS, SOS, PM, APC): pyte does not know them and would draw their payload.
 
@@ -118,6 +135,12 @@ class _MirrorScreen(pyte.Screen):
     def draw(self, data: str) -> None:
         if not self.in_control_string:
             super().draw(data)
+
+
+def _fit_rows(lines: Mapping[int, Line], cursor_row: int, rows: int) -> tuple[dict[int, Line], int]:
+    """Returns the lines that fit in rows, moved up just enough to keep cursor_row on screen, and how far they moved."""
+    shift = max(cursor_row + 1 - rows, 0)
+    return {row - shift: line for row, line in lines.items() if shift <= row < shift + rows}, shift
 
 
 def _names_alternate_screen(numbers: tuple[int, ...], kwargs: dict[str, Any]) -> bool:
@@ -169,7 +192,7 @@ class ScreenMirror:
         """
         carried = len(self._unfinished_query)
         scanned = self._unfinished_query + data
-        replies = []
+        replies: list[bytes] = []
         fed = 0
         for query in _QUERY.finditer(scanned):
             end = query.end() - carried
@@ -183,8 +206,6 @@ class ScreenMirror:
 
     def resize(self, cols: int, rows: int) -> None:
         self._screen.resize(lines=rows, columns=cols)
-        self._screen.ensure_hbounds()
-        self._screen.ensure_vbounds()
 
     def snapshot(self) -> Snapshot:
         """Returns the visible screen: one line per row without trailing spaces, and a 0-based cursor."""

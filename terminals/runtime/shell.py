@@ -30,7 +30,7 @@ class WaitResult:
 
 
 def integrated_spec(spec: SpawnSpec, secret: str) -> SpawnSpec:
-    """The same shell, started with the hooks that report typed commands (bash and zsh)."""
+    """The same shell, started with hooks: prompts with their exit status (bash, zsh, sh), typed commands (bash, zsh)."""
     name = Path(spec.argv[0]).name
     env = dict(spec.env)
     argv = list(spec.argv)
@@ -40,6 +40,11 @@ def integrated_spec(spec: SpawnSpec, secret: str) -> SpawnSpec:
         if "ZDOTDIR" in env:
             env["TERMINALS_USER_ZDOTDIR"] = env["ZDOTDIR"]
         env["ZDOTDIR"] = str(INTEGRATION)
+    elif name in ("sh", "dash"):
+        # POSIX shells read $ENV when interactive; its prompt can carry $? but no hook sees typed commands.
+        if "ENV" in env:
+            env["TERMINALS_USER_ENV"] = env["ENV"]
+        env["ENV"] = str(INTEGRATION / "shrc")
     else:
         return spec
     env["TERMINALS_SHELL_SECRET"] = secret

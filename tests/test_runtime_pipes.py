@@ -1,0 +1,506 @@
+"""PipeSession against real programs on real pipes: separate streams, input, exit and ending."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+
+from terminals.runtime import processes
+from terminals.runtime.buffer import OutputBuffer
+from terminals.runtime.errors import SessionInactive, SpawnFailed, WriteFailed
+from terminals.runtime.pipes import NoTerminal, PipeSession
+from terminals.runtime.pty import ExitStatus, SpawnSpec
+
+ENV = {"PATH": os.environ["PATH"], "HOME": "/tmp", "LC_ALL": "C"}
+
+
+# Helpers
+
+
+def spawn(argv: list[str], *, max_lines: int = 100_000, max_bytes: int = 4 << 20, **options) -> PipeSession:
+    """Starts argv on pipes; call from inside the event loop."""
+    spec = SpawnSpec(argv=argv, cwd="/tmp", env=dict(ENV))
+    session = PipeSession(spec, buffer=OutputBuffer(max_lines=max_lines, max_bytes=max_bytes), **options)
+    session.start()
+    return session
+
+
+async def cleanup(session: PipeSession) -> None:
+    """Ends whatever is left of the session and frees its pipes."""
+    if session.is_alive or processes.session_members(session.pid):
+        await session.terminate(grace=1.0)
+    session.close()
+
+
+def run(scenario: Callable[[], object], timeout: float = 20.0) -> None:
+    """Runs an async scenario with an overall deadline; its finally blocks still run on timeout."""
+
+    async def bounded():
+        await asyncio.wait_for(scenario(), timeout)
+
+    asyncio.run(bounded())
+
+
+def run_with_watchdog(scenario: Callable[[], object], sessions: list[PipeSession], timeout: float) -> None:
+    """Runs the scenario in a thread, so a blocked event loop fails the test instead of hanging it."""
+    outcome: dict[str, BaseException] = {}
+
+    def target():
+        try:
+            asyncio.run(scenario())
+        except BaseException as error:  # noqa: BLE001 - handed to the test thread
+            outcome["error"] = error
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        for session in sessions:
+            processes.signal_processes(processes.session_members(session.pid), signal.SIGKILL)
+        thread.join(5)
+        raise AssertionError(f"the event loop was blocked for more than {timeout}s")
+    if "error" in outcome:
+        raise outcome["error"]
+
+
+def lines(buffer: OutputBuffer) -> list[str]:
+    return buffer.read_lines(max_lines=10**9).lines
+
+
+async def wait_until(predicate: Callable[[], bool], *, session: PipeSession, timeout: float = 10.0,
+                     what: str = "a condition") -> None:
+    """Polls predicate until it holds; wakes up early on new output of session."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            tail = lines(session.buffer)[-10:]
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last lines: {tail!r}")
+        await session.wait_for_output(min(remaining, 0.02))
+
+
+def recording_loop_errors() -> list[dict]:
+    """Collects what the running loop reports as unhandled errors (callbacks that raised)."""
+    errors: list[dict] = []
+    asyncio.get_running_loop().set_exception_handler(lambda loop, context: errors.append(context))
+    return errors
+
+
+def commands(session: PipeSession) -> list[str]:
+    """The command lines of the live processes in the session's process session."""
+    return [processes.command_line(pid) for pid in processes.session_members(session.pid)]
+
+
+def gone(pid: int) -> bool:
+    """Whether pid has ended (exited, or a zombie waiting to be reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+# Output streams
+
+
+def test_stdout_and_stderr_stay_apart():
+    """stdout and stderr each land in their own buffer, and the combined buffer holds both."""
+
+    async def scenario():
+        session = spawn(["sh", "-c", "echo out; echo err >&2"])
+        try:
+            assert await session.wait_for_exit(timeout=10) == ExitStatus(exit_code=0, signal=None)
+            assert lines(session.stdout) == ["out"]
+            assert lines(session.stderr) == ["err"]
+            assert sorted(lines(session.buffer)) == ["err", "out"]
+            assert session.buffer_for("stdout") is session.stdout
+            assert session.buffer_for("stderr") is session.stderr
+            assert session.buffer_for("both") is session.buffer
+        finally:
+            await cleanup(session)
+
+    run(scenario)
+
+
+def test_stream_buffers_share_the_limits_of_the_combined_buffer():
+    """The per-stream buffers get the combined buffer's line and byte limits; unknown streams are refused."""
+    spec = SpawnSpec(argv=["true"], cwd="/tmp", env=dict(ENV))
+    session = PipeSession(spec, buffer=OutputBuffer(max_lines=7, max_bytes=1234))
+    for stream in ("stdout", "stderr"):
+        assert (session.buffer_for(stream).max_lines, session.buffer_for(stream).max_bytes) == (7, 1234)
+    with pytest.raises(ValueError):
+        session.buffer_for("stdin")
+
+
+def test_output_is_stamped_with_the_injected_clock():
+    """Output moves last_activity to the clock's time, and each buffer can find it by that time."""
+    now = [1000.0]
+
+    async def scenario():
+        session = spawn(["sh", "-c", "echo early; read go; echo late >&2"], clock=lambda: now[0])
+        try:
+            assert session.started_at == 1000.0
+            await wait_until(lambda: lines(session.stdout) == ["early"], session=session, what="early")
+            now[0] = 2000.0
+            session.write(b"go\n")
+            assert session.last_activity == 2000.0
+            now[0] = 3000.0
+            await wait_until(lambda: lines(session.stderr) == ["late"], session=session, what="late")
+            assert session.last_activity >= 3000.0
+            assert session.buffer.line_since_time(3000.0) == 1  # "early" came before
+            assert session.stderr.line_since_time(3000.0) == 0
+        finally:
+            await cleanup(session)
+
+    run(scenario)
+
+
+# Exit
+
+
+def test_exit_code_is_reported():
+    """A program's exit code is its exit status, and is_alive turns false."""
+
+    async def scenario():
+        session = spawn(["sh", "-c", "exit 7"])
+        try:
+            assert await session.wait_for_exit(timeout=10) == ExitStatus(exit_code=7, signal=None)
+            assert session.exit_status == ExitStatus(exit_code=7, signal=None)
+            assert session.is_alive is False
+        finally:
+            await cleanup(session)
+
+    run(scenario)
+
+
+def test_signal_death_is_reported_by_name():
+    """A program killed by a signal reports no exit code and the signal's name."""
+
+    async def scenario():
+        session = spawn(["sh", "-c", "kill -USR1 $$"])
+        try:
+            assert await session.wait_for_exit(timeout=10) == ExitStatus(exit_code=None, signal="SIGUSR1")
+        finally:
+            await cleanup(session)
+
+    run(scenario)
+
+
+def test_output_written_right_before_exit_is_all_there():
+    """When wait_for_exit returns, and when on_exit is called, all of the program's output is buffered."""
+    expected = [str(number) for number in range(1, 20001)]
+    seen_at_exit: list[list[str]] = []
+
+    async def scenario():
+        session = spawn(["seq", "1", "20000"], on_exit=lambda ended: seen_at_exit.append(lines(ended.stdout)))
+        try:
+            assert await session.wait_for_exit(timeout=10) == ExitStatus(exit_code=0, signal=None)
+            assert lines(session.stdout) == expected
+            assert lines(session.buffer) == expected
+            assert seen_at_exit == [expected]  # called once, with the output complete
+        finally:
+            await cleanup(session)
+
+    run(scenario)
+
+
+def test_exit_is_reported_while_a_background_child_holds_the_pipes():
+    """A background child that keeps stdout open delays the exit report only briefly."""
+
+    async def scenario():
+        session = spawn(["sh", "-c", "sleep 300 & echo started"])
+        try:
+            status = await session.wait_for_exit(timeout=5)
+            assert status == ExitStatus(exit_code=0, signal=None)
+            assert lines(session.stdout) == ["started"]
+            assert len(processes.session_members(session.pid)) == 1  # the sleep is still there
+        finally:
+            await cleanup(session)
+        assert processes.session_members(session.pid) == []
+
+    run(scenario)
+
+
+def test_sigpipe_is_at_its_default_in_children():
+    """Children do not inherit Python's ignored SIGPIPE: `yes | head -1` ends quietly."""
+
+    async def scenario():
+        session = spawn(["sh", "-c", "yes | head -n 1"])
+        try:
+            assert await session.wait_for_exit(timeout=10) == ExitStatus(exit_code=0, signal=None)
+            assert lines(session.stdout) == ["y"]
+            assert lines(session.stderr) == []  # an ignored SIGPIPE makes yes complain of a broken pipe
+        finally:
+            await cleanup(session)
+
+    run(scenario)
+
+
+# Input
+
+
+def test_written_input_reaches_the_program():
+    """Bytes written reach the program's stdin, and close_input() ends `cat` with exit code 0."""
+
+    async def scenario():
+        session = spawn(["cat"])
+        try:
+            session.write(b"hello\n")
+            await wait_until(lambda: lines(session.stdout) == ["hello"], session=session, what="the echo")
+            assert session.pending_input == 0
+            session.close_input()
+            assert await session.wait_for_exit(timeout=10) == ExitStatus(exit_code=0, signal=None)
+            assert lines(session.stderr) == []
+        finally:
+            await cleanup(session)
+
+    run(scenario)
+
+
+def test_close_input_waits_for_queued_input_to_be_written():
+    """close_input() with input still queued closes stdin only after all of it: `wc -c` counts every byte."""
+    size = 3 << 20  # far more than a pipe holds, so most of it is still queued at close_input()
+
+    async def scenario():
+        session = spawn(["wc", "-c"], max_pending_input=4 << 20)
+        try:
+            session.write(b"z" * size)
+            assert session.pending_input > 0
+            session.close_input()
+            assert await session.wait_for_exit(timeout=10) == ExitStatus(exit_code=0, signal=None)
+            assert lines(session.stdout) == [str(size)]
+            assert session.pending_input == 0
+        finally:
+            await cleanup(session)
+
+    run(scenario)
+
+
+def test_write_after_close_input_raises_write_failed():
+    """Once input is closed, write() raises WriteFailed, and closing again is harmless."""
+
+    async def scenario():
+        session = spawn(["sleep", "600"])
+        try:
+            session.close_input()
+            session.close_input()
+            with pytest.raises(WriteFailed) as raised:
+                session.write(b"too late\n")
+            assert raised.value.code == "WRITE_FAILED"
+            assert raised.value.message == "input was closed"
+            assert session.is_alive is True
+        finally:
+            await cleanup(session)
+
+    run(scenario)
+
+
+def test_write_after_exit_raises_session_inactive():
+    """Once the program has ended, write() raises SessionInactive."""
+
+    async def scenario():
+        session = spawn(["true"])
+        try:
+            assert await session.wait_for_exit(timeout=10) == ExitStatus(exit_code=0, signal=None)
+            with pytest.raises(SessionInactive) as raised:
+                session.write(b"anyone?\n")
+            assert raised.value.code == "TERMINAL_INACTIVE"
+        finally:
+            await cleanup(session)
+
+    run(scenario)
+
+
+def test_write_to_a_program_that_closed_its_stdin_raises_write_failed():
+    """A program that closed its stdin makes write() raise WriteFailed (EPIPE), and it keeps running."""
+
+    async def scenario():
+        errors = recording_loop_errors()
+        session = spawn(["sh", "-c", "exec 0<&-; echo closed; exec sleep 600"])
+        try:
+            await wait_until(lambda: lines(session.stdout) == ["closed"], session=session, what="stdin to close")
+            with pytest.raises(WriteFailed) as raised:
+                session.write(b"hello\n")
+            assert "Broken pipe" in raised.value.message
+            with pytest.raises(WriteFailed):
+                session.write(b"again\n")
+            assert session.pending_input == 0
+            assert session.is_alive is True
+            assert errors == []
+        finally:
+            await cleanup(session)
+
+    run(scenario)
+
+
+def test_program_that_exits_with_input_queued_does_not_break_the_loop():
+    """A program that ends while input is queued drops the queue quietly: no error reaches the loop."""
+
+    async def scenario():
+        errors = recording_loop_errors()
+        session = spawn(["head", "-c", "1"])
+        try:
+            session.write(b"q" * (512 << 10))
+            assert session.pending_input > 0
+            assert await session.wait_for_exit(timeout=10) == ExitStatus(exit_code=0, signal=None)
+            await wait_until(lambda: session.pending_input == 0, session=session, what="the queue to be dropped")
+            assert lines(session.stdout) == ["q"]
+            assert errors == []
+        finally:
+            await cleanup(session)
+
+    run(scenario)
+
+
+def test_large_input_to_a_program_that_never_reads_does_not_block():
+    """2 MiB written to a program that never reads fills the 1 MiB input queue, then raises WriteFailed.
+
+    Regression test: no write() call and no flush may block the event loop.
+    """
+    sessions: list[PipeSession] = []
+    limit = 1 << 20
+
+    async def scenario():
+        session = spawn(["sleep", "600"], max_pending_input=limit)
+        sessions.append(session)
+        gaps: list[float] = []
+
+        async def heartbeat():
+            last = time.monotonic()
+            while True:
+                await asyncio.sleep(0.01)
+                now = time.monotonic()
+                gaps.append(now - last)
+                last = now
+
+        beat = asyncio.create_task(heartbeat())
+        try:
+            chunk = b"x" * (64 << 10)
+            written, slowest, failure = 0, 0.0, None
+            while written < 2 * limit:
+                started = time.monotonic()
+                try:
+                    session.write(chunk)
+                except WriteFailed as error:
+                    failure = error
+                    break
+                finally:
+                    slowest = max(slowest, time.monotonic() - started)
+                written += len(chunk)
+                await asyncio.sleep(0)
+
+            assert failure is not None, "2 MiB to a program that never reads must overflow a 1 MiB queue"
+            assert failure.details["limit_bytes"] == limit
+            assert session.pending_input <= limit
+            assert slowest < 1.0
+
+            ticks = len(gaps)
+            deadline = time.monotonic() + 5
+            while len(gaps) < ticks + 5 and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            assert len(gaps) >= ticks + 5
+            assert max(gaps) < 1.0
+            assert session.is_alive is True
+        finally:
+            beat.cancel()
+            await cleanup(session)
+
+    run_with_watchdog(scenario, sessions, timeout=20)
+
+
+# Signals and ending
+
+
+def test_terminate_ends_the_process_group_including_a_background_child():
+    """terminate() ends the program and its background child: no process of its session is left."""
+
+    async def scenario():
+        session = spawn(["sh", "-c", "sleep 300 & sleep 301"])
+        try:
+            await wait_until(lambda: {"sleep 300", "sleep 301"} <= set(commands(session)), session=session,
+                             what="both sleeps")
+            members = processes.session_members(session.pid)
+
+            status = await session.terminate(grace=5.0)
+
+            assert status == ExitStatus(exit_code=None, signal="SIGTERM")
+            assert session.terminating is True
+            assert processes.session_members(session.pid) == []
+            assert all(gone(pid) for pid in members)
+        finally:
+            await cleanup(session)
+
+    run(scenario)
+
+
+def test_terminate_kills_what_survives_the_grace_period():
+    """A program that ignores SIGTERM is killed with SIGKILL after the grace period."""
+
+    async def scenario():
+        session = spawn(["sh", "-c", "trap '' TERM; echo trapped; exec sleep 600"])
+        try:
+            await wait_until(lambda: lines(session.stdout) == ["trapped"], session=session, what="the trap")
+            status = await session.terminate(grace=0.2)
+            assert status == ExitStatus(exit_code=None, signal="SIGKILL")
+            assert processes.session_members(session.pid) == []
+        finally:
+            await cleanup(session)
+
+    run(scenario)
+
+
+def test_signal_foreground_signals_the_program_group():
+    """signal_foreground() signals the program's process group and returns the program's pid."""
+
+    async def scenario():
+        session = spawn(["sleep", "600"])
+        try:
+            assert session.signal_foreground(signal.SIGINT) == session.pid
+            assert await session.wait_for_exit(timeout=10) == ExitStatus(exit_code=None, signal="SIGINT")
+            with pytest.raises(SessionInactive):
+                session.signal_foreground(signal.SIGINT)
+        finally:
+            await cleanup(session)
+
+    run(scenario)
+
+
+# No terminal
+
+
+def test_session_without_a_pty_has_no_terminal():
+    """resize() raises NoTerminal, and there is no foreground program or pending read to report."""
+
+    async def scenario():
+        session = spawn(["sleep", "600"])
+        try:
+            with pytest.raises(NoTerminal) as raised:
+                session.resize(100, 40)
+            assert raised.value.code == "INVALID_INPUT"
+            assert session.foreground_process() is None
+            assert session.busy is False
+            assert session.waiting_for_input() is False
+        finally:
+            await cleanup(session)
+
+    run(scenario)
+
+
+def test_spawn_of_a_missing_program_raises_spawn_failed():
+    """A program that is not on the PATH makes start() raise SpawnFailed with the system's reason."""
+
+    async def scenario():
+        spec = SpawnSpec(argv=["no-such-program-here"], cwd="/tmp", env=dict(ENV))
+        session = PipeSession(spec, buffer=OutputBuffer(max_lines=10, max_bytes=1000))
+        with pytest.raises(SpawnFailed) as raised:
+            session.start()
+        assert raised.value.code == "INVALID_INPUT"
+        assert raised.value.message == "cannot start no-such-program-here: No such file or directory"
+
+    run(scenario)
