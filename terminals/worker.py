@@ -24,7 +24,7 @@ from .runtime.processes import signal_number
 from .runtime.pty import ExitStatus, SpawnSpec
 from .runtime.buffer import OutputBuffer
 from .runtime.commands import Command
-from .runtime.pty import PtySession
+from .runtime.pty import MARKER_VARIABLE, PtySession
 from .runtime.shell import ShellSession
 from .shapes import bytes_data, command_data, command_summary, info_data, line_read_data, stats_data
 
@@ -242,9 +242,8 @@ class TerminalWorker:
 
     async def handle_create(self, message: dict) -> dict:
         await self.database.run(lambda: records.check_user_limit(message["owner_id"]))
-        spec = SpawnSpec(
-            argv=message["argv"], cwd=message["cwd"], env=message["env"], cols=message["cols"], rows=message["rows"]
-        )
+        env = {**message["env"], MARKER_VARIABLE: message["id"]}
+        spec = SpawnSpec(argv=message["argv"], cwd=message["cwd"], env=env, cols=message["cols"], rows=message["rows"])
         limit = message.get("output_byte_limit")
         session = self.manager.create(
             message["id"], spec, session_class=session_class_for(message),

@@ -100,7 +100,7 @@ class SessionManager:
         session = self.get(session_id)
         status = session.exit_status
         # A shell that already exited can leave jobs behind in its session: they end too.
-        if session.is_alive or processes.session_members(session.pid):
+        if session.is_alive or session.members():
             status = await session.terminate(signum, self.limits.kill_grace if grace is None else grace)
         if release:
             self.release(session_id)

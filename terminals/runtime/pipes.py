@@ -13,7 +13,7 @@ from typing import BinaryIO
 from . import processes
 from .buffer import OutputBuffer
 from .errors import KillFailed, SessionInactive, SpawnFailed, TerminalError, WriteFailed
-from .pty import EXIT_DRAIN_SECONDS, MEMBER_POLL_SECONDS, ExitStatus, SpawnSpec, _InputQueue
+from .pty import EXIT_DRAIN_SECONDS, MARKER_VARIABLE, MEMBER_POLL_SECONDS, ExitStatus, SpawnSpec, _InputQueue
 
 READS_PER_WAKEUP = 16  # a pipe read returns up to 64 KiB; batching saves loop iterations
 INPUT_CLOSED = "input was closed"
@@ -66,6 +66,8 @@ class PipeSession:
         self.terminating = False  # ended on request, so its exit is the requester's to record
         self.started_at = clock()
         self.last_activity = self.started_at
+        marker = spec.env.get(MARKER_VARIABLE)
+        self._marker = f"{MARKER_VARIABLE}={marker}".encode() if marker else None
 
     def buffer_for(self, stream: str) -> OutputBuffer:
         """The buffer of "stdout", "stderr" or "both" (the interleaved one); ValueError for anything else."""
@@ -307,14 +309,18 @@ class PipeSession:
         """
         self.terminating = True
         try:
-            processes.signal_processes(processes.session_members(self.pid), signum)
+            processes.signal_processes(self.members(), signum)
         except PermissionError as error:
             raise KillFailed(f"cannot signal the program's processes: {error}") from error
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and (self.is_alive or processes.session_members(self.pid)):
+        while time.monotonic() < deadline and (self.is_alive or self.members()):
             await asyncio.sleep(MEMBER_POLL_SECONDS)
-        processes.signal_processes(processes.session_members(self.pid), signal.SIGKILL)
+        processes.signal_processes(self.members(), signal.SIGKILL)
         return await self.wait_for_exit(timeout=5.0)
+
+    def members(self) -> list[int]:
+        """The live processes this program started, wherever they went."""
+        return processes.terminal_members(self.pid, self._marker)
 
     def close(self) -> None:
         """Frees the pipes; call once the program has ended."""

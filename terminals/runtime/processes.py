@@ -22,6 +22,33 @@ def session_members(session_id: int) -> list[int]:
     return members
 
 
+def terminal_members(session_id: int, marker: bytes | None) -> list[int]:
+    """The live processes a terminal started: its session, and anything carrying its environment marker.
+
+    The marker (TERMINALS_TERMINAL_ID=<id>) is inherited through fork and exec,
+    so it finds what left the session too: setsid, nohup and double-forked daemons.
+    """
+    members = []
+    own = os.getpid()
+    for name in os.listdir(PROC):
+        if not name.isdigit() or int(name) == own:
+            continue
+        fields = _stat_fields(int(name))
+        if not fields or fields[0] == "Z":
+            continue
+        if fields[3] == str(session_id) or (marker is not None and _carries(int(name), marker)):
+            members.append(int(name))
+    return members
+
+
+def _carries(pid: int, marker: bytes) -> bool:
+    try:
+        with open(f"{PROC}/{pid}/environ", "rb") as environ:
+            return (b"\0" + marker + b"\0") in (b"\0" + environ.read())
+    except OSError:
+        return False
+
+
 def _stat_fields(pid: int) -> list[str] | None:
     try:
         with open(f"{PROC}/{pid}/stat", "rb") as stat:

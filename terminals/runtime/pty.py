@@ -30,6 +30,7 @@ SETSID = shutil.which("setsid") or "/usr/bin/setsid"
 READS_PER_WAKEUP = 16  # a PTY read returns about 4 KiB; batching saves loop iterations
 EXIT_DRAIN_SECONDS = 0.25  # how long output may trail the process's exit before exit is reported
 MEMBER_POLL_SECONDS = 0.02
+MARKER_VARIABLE = "TERMINALS_TERMINAL_ID"  # set in every terminal's environment; marks what it started
 SCREEN_REPLAY_BYTES = 256 * 1024  # at most this much output is replayed to rebuild the screen
 QUERIES = re.compile(rb"\x1b\[(?:[56]n|0?c)")  # cursor position, device status, device attributes
 
@@ -94,6 +95,8 @@ class PtySession:
         self._output_seen: asyncio.Event | None = None
         self.exit_status: ExitStatus | None = None
         self.cols, self.rows = spec.cols, spec.rows
+        marker = spec.env.get(MARKER_VARIABLE)
+        self._marker = f"{MARKER_VARIABLE}={marker}".encode() if marker else None
         self._screen: ScreenMirror | None = None
         self._screen_fed = 0  # absolute byte up to which the screen mirror has seen the output
         self.terminating = False  # ended on request, so its exit is the requester's to record
@@ -353,7 +356,7 @@ class PtySession:
         killed with SIGKILL.
         """
         self.terminating = True
-        members = processes.session_members(self.pid)
+        members = self.members()
         try:
             processes.signal_processes(members, signum)
             if self.is_alive and processes.ignores_signal(self.pid, signum):
@@ -361,12 +364,16 @@ class PtySession:
         except PermissionError as error:
             raise KillFailed(f"cannot signal the terminal's processes: {error}") from error
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and (self.is_alive or processes.session_members(self.pid)):
+        while time.monotonic() < deadline and (self.is_alive or self.members()):
             await asyncio.sleep(MEMBER_POLL_SECONDS)
-        survivors = processes.session_members(self.pid)
+        survivors = self.members()
         if survivors or self.is_alive:
             processes.signal_processes(survivors + [self.pid], signal.SIGKILL)
         return await self.wait_for_exit(timeout=5.0)
+
+    def members(self) -> list[int]:
+        """The live processes this terminal started, wherever they went."""
+        return processes.terminal_members(self.pid, self._marker)
 
     def close(self) -> None:
         """Frees the PTY; call once the process has ended."""
