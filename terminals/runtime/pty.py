@@ -31,7 +31,8 @@ READS_PER_WAKEUP = 16  # a PTY read returns about 4 KiB; batching saves loop ite
 EXIT_DRAIN_SECONDS = 0.25  # how long output may trail the process's exit before exit is reported
 MEMBER_POLL_SECONDS = 0.02
 MARKER_VARIABLE = "TERMINALS_TERMINAL_ID"  # set in every terminal's environment; marks what it started
-SCREEN_REPLAY_BYTES = 256 * 1024  # at most this much output is replayed to rebuild the screen
+# At most this much output is replayed to rebuild the screen (pyte takes about 0.1 s for it).
+SCREEN_REPLAY_BYTES = 64 * 1024
 QUERIES = re.compile(rb"\x1b\[(?:[56]n|0?c)")  # cursor position, device status, device attributes
 
 
@@ -99,6 +100,7 @@ class PtySession:
         self._marker = f"{MARKER_VARIABLE}={marker}".encode() if marker else None
         self._screen: ScreenMirror | None = None
         self._screen_fed = 0  # absolute byte up to which the screen mirror has seen the output
+        self._query_tail = b""
         self.terminating = False  # ended on request, so its exit is the requester's to record
         self.started_at = clock()
         self.last_activity = self.started_at
@@ -175,8 +177,10 @@ class PtySession:
 
     def _answer_queries(self, data: bytes) -> None:
         # A program asking where the cursor is (ESC[6n) waits for the answer; with
-        # no terminal emulator attached, the service's own mirror gives it.
-        if QUERIES.search(data) and self.is_alive:
+        # no terminal emulator attached, the service's own mirror gives it. The
+        # previous read's last bytes are searched too: a query can be cut in two.
+        seen, self._query_tail = self._query_tail + data, data[-3:]
+        if QUERIES.search(seen) and self.is_alive:
             replies = self._screen_mirror(answer=True)[1]
             if replies:
                 self.write(replies)
