@@ -1,4 +1,4 @@
-"""ASGI entry point: HTTP goes to Django (with the embedded terminal worker unless in split mode)."""
+"""ASGI entry point: HTTP to Django, WebSockets to the terminal consumer (and the embedded worker unless in split mode)."""
 
 import os
 
@@ -7,8 +7,15 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 django_application = get_asgi_application()
 
-from channels.routing import ProtocolTypeRouter  # noqa: E402 - Django must be set up first
+from channels.auth import AuthMiddlewareStack  # noqa: E402 - Django must be set up first
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from django.urls import path  # noqa: E402
 
+from terminals.consumers import TerminalConsumer  # noqa: E402
 from terminals.embedded import WithEmbeddedWorker  # noqa: E402
 
-application = WithEmbeddedWorker(ProtocolTypeRouter({"http": django_application}))
+websocket_routes = URLRouter([path("ws/terminals/<str:terminal_id>/", TerminalConsumer.as_asgi())])
+
+application = WithEmbeddedWorker(
+    ProtocolTypeRouter({"http": django_application, "websocket": AuthMiddlewareStack(websocket_routes)})
+)

@@ -40,7 +40,14 @@ COMMAND_RUN = "terminal.command.run"  # id, command, timeout, wait, read, actor 
 COMMAND_GET = "terminal.command.get"  # id, command_id, read
 COMMAND_WAIT = "terminal.command.wait"  # id, command_id, timeout, read
 COMMAND_LIST = "terminal.command.list"  # id
+ATTACH = "terminal.attach"  # id, subscriber (a channel), from_byte: stream the output there from from_byte (None: oldest)
+DETACH = "terminal.detach"  # id, subscriber
 PING = "worker.ping"  # nothing; answers the worker's id and how many terminals it hosts
+
+# Pushed by the worker to an attached channel, in order (see streaming.py).
+STREAM_OUTPUT = "terminal.stream.output"  # terminal, offset, data (bytes, whole characters)
+STREAM_GAP = "terminal.stream.gap"  # terminal, from, to: bytes evicted before they could be sent
+STREAM_EXIT = "terminal.stream.exit"  # terminal, exitCode, signal, offset
 
 REPLY = "terminal.reply"
 

@@ -58,6 +58,11 @@ def session_detail(*, user, terminal_id) -> dict:
 # Talking to the terminal's worker
 
 
+def hosting_channel(record: TerminalSession) -> str:
+    """The channel of the worker that holds the terminal's output; raises TerminalInactive or WorkerUnavailable."""
+    return _hosting_channel(record)
+
+
 def _hosting_channel(record: TerminalSession) -> str:
     if not record.holds_output:
         raise TerminalInactive(
@@ -197,6 +202,16 @@ def _require_active(record: TerminalSession) -> None:
 
 def _wait_seconds(timeout_ms: int) -> float:
     return min(timeout_ms, settings.TERMINALS["MAX_WAIT_MS"]) / 1000
+
+
+def session_follow(*, actor: Actor, terminal_id, from_byte: int | None):
+    """An async stream of Server-Sent Events with the terminal's output from from_byte, live."""
+    from .follow import follow
+
+    record = session_get_for(user=actor.user, terminal_id=terminal_id)
+    channel = _hosting_channel(record)
+    audit(actor, "follow", terminal_id=record.id, fromByte=from_byte)
+    return follow(str(record.id), channel, from_byte)
 
 
 def session_screen(*, actor: Actor, terminal_id) -> dict:

@@ -26,6 +26,7 @@ from .runtime.buffer import OutputBuffer
 from .runtime.commands import Command
 from .runtime.pty import MARKER_VARIABLE, PtySession
 from .runtime.shell import ShellSession
+from .streaming import OutputFanout
 from .shapes import bytes_data, command_data, command_summary, info_data, line_read_data, stats_data
 
 logger = logging.getLogger(__name__)
@@ -142,6 +143,7 @@ class TerminalWorker:
         self.hostname = socket.gethostname()
         self.manager = SessionManager(limits=limits or limits_from_settings(), clock=clock, on_exit=self._on_exit)
         self.database = DatabaseQueue()
+        self.fanout = OutputFanout(self.layer)
         self.ready = asyncio.Event()
         self.stopped = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
@@ -164,6 +166,8 @@ class TerminalWorker:
             protocol.COMMAND_GET: self.handle_command_get,
             protocol.COMMAND_WAIT: self.handle_command_wait,
             protocol.COMMAND_LIST: self.handle_command_list,
+            protocol.ATTACH: self.handle_attach,
+            protocol.DETACH: self.handle_detach,
         }
 
     # Running
@@ -336,10 +340,26 @@ class TerminalWorker:
             session_id, signal_number(message.get("signal", "SIGKILL")), message.get("grace"), release=False
         )
         status = status or ExitStatus(exit_code=None, signal="SIGKILL")
+        self.fanout.notify(session_id)
         ended_as = records.KILLED if was_alive else None
         return await self.database.run(
             lambda: records.session_data(records.session_end(session_id, status, ended_as, release=False))
         )
+
+    # Live clients
+
+    async def handle_attach(self, message: dict) -> dict:
+        session = self.manager.get(message["id"])
+        from_byte = message.get("from_byte")
+        start = session.buffer.oldest_byte if from_byte is None else from_byte
+        self.fanout.subscribe(message["id"], session, message["subscriber"], start)
+        return {"terminalId": message["id"], "fromByte": start, "oldestByte": session.buffer.oldest_byte,
+                "totalBytes": session.buffer.end, "isActive": session.is_alive, "cols": session.cols,
+                "rows": session.rows, "viewers": self.fanout.watching(message["id"])}
+
+    async def handle_detach(self, message: dict) -> dict:
+        self.fanout.unsubscribe(message["id"], message["subscriber"])
+        return {"terminalId": message["id"], "viewers": self.fanout.watching(message["id"])}
 
     # Commands
 
@@ -385,6 +405,7 @@ class TerminalWorker:
         was_alive = self.manager.get(session_id).is_alive
         status = await self.manager.terminate(session_id, signal_number(message.get("signal", "SIGTERM")), message.get("grace"))
         status = status or ExitStatus(exit_code=None, signal="SIGKILL")
+        self.fanout.notify(session_id)
         ended_as = records.KILLED if was_alive else None
         return await self.database.run(
             lambda: records.session_data(records.session_end(session_id, status, ended_as, release=True))
@@ -396,6 +417,7 @@ class TerminalWorker:
     # Lifecycle events
 
     def _on_exit(self, session_id: str, status: ExitStatus) -> None:
+        self.fanout.notify(session_id)
         if self._shutting_down:
             return
         self.database.submit(lambda: records.session_end(session_id, status, records.EXITED, release=False, audit_action="exit"))

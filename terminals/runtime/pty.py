@@ -102,6 +102,7 @@ class PtySession:
         self._screen_fed = 0  # absolute byte up to which the screen mirror has seen the output
         self._query_tail = b""
         self.terminating = False  # ended on request, so its exit is the requester's to record
+        self.on_output: Callable[[], None] | None = None  # told of new output while clients watch
         self.started_at = clock()
         self.last_activity = self.started_at
 
@@ -165,6 +166,8 @@ class PtySession:
             self.last_activity = self._clock()
             self.buffer.mark_time(self.last_activity)
             self._ingest(b"".join(chunks) if len(chunks) > 1 else chunks[0])
+            if self.on_output is not None:
+                self.on_output()
         if at_eof:
             self._on_eof()  # after storing what came with it, so an exit report sees all output
             if self._output_seen is not None:

@@ -1,0 +1,247 @@
+"""The live terminal WebSocket: output pushed as it happens, input, resize and signals; thin over sessions.py.
+
+Close codes, sent before any terminal byte when a connection is refused:
+4401 no valid credentials (or the key was revoked while connected), 4403 a
+foreign Origin with cookie authentication, 4404 no such terminal (another
+user's too), 4409 the terminal no longer holds output, 4503 no worker answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from urllib.parse import parse_qs, urlparse
+
+from channels.db import DatabaseSyncToAsync
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+from django.http.request import validate_host
+
+from . import protocol, sessions, worker_client
+from .audit import Actor, audit
+from .exceptions import ServiceError, TerminalInactive, TerminalNotFound, WorkerUnavailable
+from .models import ApiKey
+from .runtime.buffer import decode
+
+logger = logging.getLogger(__name__)
+
+
+def database_sync_to_async(function):
+    # Not the one thread shared by thread-sensitive code: the embedded worker's own
+    # database work runs there, and a call that waits for the worker must not hold it.
+    return DatabaseSyncToAsync(function, thread_sensitive=False)
+
+CLOSE_UNAUTHORIZED, CLOSE_FOREIGN_ORIGIN, CLOSE_NOT_FOUND, CLOSE_INACTIVE, CLOSE_UNAVAILABLE = 4401, 4403, 4404, 4409, 4503
+CLOSE_CODES = {TerminalNotFound: CLOSE_NOT_FOUND, TerminalInactive: CLOSE_INACTIVE, WorkerUnavailable: CLOSE_UNAVAILABLE}
+MAX_FRAME_BYTES = 256 * 1024  # a client frame larger than this is refused
+WINDOW_BYTES = 1 << 20  # output sent but not acknowledged before the server pauses a client
+KEY_CHECK_SECONDS = 2.0  # how soon a revoked key's connections close
+
+
+class TerminalConsumer(AsyncWebsocketConsumer):
+    """One client attached to one terminal, interactive or (mode=view) read-only."""
+
+    async def connect(self) -> None:
+        self.terminal_id = self.scope["url_route"]["kwargs"]["terminal_id"]
+        query = parse_qs(self.scope.get("query_string", b"").decode())
+        self.read_only = query.get("mode", [""])[0] == "view"
+        self.attached = False
+        self.sent_until = self.acked = 0  # byte offsets, for flow control
+        self.paused_at: int | None = None
+        # Accept first: a refusal then carries a close code, and still no terminal byte is sent.
+        await self.accept()
+        refusal = await self._admit(query)
+        if refusal is not None:
+            await self.close(code=refusal)
+            return
+        self.key_watch = asyncio.ensure_future(self._watch_key()) if self.api_key is not None else None
+
+    async def _admit(self, query: dict) -> int | None:
+        """Checks credentials, origin and the terminal; attaches. Returns a close code on refusal."""
+        self.actor, self.api_key = await self._authenticate()
+        if self.actor is None:
+            await self._audit_refusal("UNAUTHORIZED")
+            return CLOSE_UNAUTHORIZED
+        if self.api_key is None and not self._origin_allowed():
+            await self._audit_refusal("FORBIDDEN")
+            return CLOSE_FOREIGN_ORIGIN
+        try:
+            from_byte = int(query["fromByte"][0]) if "fromByte" in query else None
+            self.attachment = await self._attach(from_byte)
+        except (ValueError, ServiceError) as error:
+            code = error.default_code if isinstance(error, ServiceError) else "INVALID_INPUT"
+            await self._audit_refusal(code)
+            return CLOSE_CODES.get(type(error), CLOSE_NOT_FOUND if code == "TERMINAL_NOT_FOUND" else 4400)
+        self.attached = True
+        self.sent_until = self.acked = self.attachment["fromByte"]
+        await self._send({"type": "attached", **self.attachment, "readOnly": self.read_only})
+        await database_sync_to_async(audit)(self.actor, "attach", terminal_id=self.terminal_id,
+                                            mode="view" if self.read_only else "interactive")
+        return None
+
+    async def _authenticate(self):
+        headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in self.scope["headers"]}
+        source = (self.scope.get("client") or ["", 0])[0] or ""
+        key = headers.get("x-api-key") or _authorization_key(headers.get("authorization", ""))
+        if key:
+            record = await database_sync_to_async(_usable_key)(key)
+            if record is None:
+                return None, None
+            return Actor(user=record.user, api_key=record, source=source), record
+        user = self.scope.get("user")
+        if user is not None and user.is_authenticated:
+            return Actor(user=user, source=source), None
+        return None, None
+
+    def _origin_allowed(self) -> bool:
+        origin = dict(self.scope["headers"]).get(b"origin", b"").decode("latin-1")
+        host = urlparse(origin).hostname if origin else None
+        return host is not None and validate_host(host, settings.ALLOWED_HOSTS)
+
+    async def _attach(self, from_byte: int | None) -> dict:
+        record = await database_sync_to_async(sessions.session_get_for)(user=self.actor.user, terminal_id=self.terminal_id)
+        channel = await database_sync_to_async(sessions.hosting_channel)(record)
+        self.worker_channel = channel
+        return await worker_client.request(channel, protocol.ATTACH, id=str(record.id), subscriber=self.channel_name,
+                                           from_byte=from_byte)
+
+    async def _watch_key(self) -> None:
+        while True:
+            await asyncio.sleep(KEY_CHECK_SECONDS)
+            usable = await database_sync_to_async(_still_usable)(self.api_key.pk)
+            if not usable:
+                await self.close(code=CLOSE_UNAUTHORIZED)
+                return
+
+    async def disconnect(self, code: int) -> None:
+        watch = getattr(self, "key_watch", None)
+        if watch is not None:
+            watch.cancel()
+        if self.attached:
+            self.attached = False
+            try:
+                await worker_client.request(self.worker_channel, protocol.DETACH, id=self.terminal_id, subscriber=self.channel_name)
+            except ServiceError:
+                pass  # the worker forgets subscribers whose channel stays full
+            await database_sync_to_async(audit)(self.actor, "detach", terminal_id=self.terminal_id, closeCode=code)
+
+    # From the client
+
+    async def receive(self, text_data=None, bytes_data=None) -> None:
+        raw = text_data if text_data is not None else (bytes_data or b"").decode("utf-8", "replace")
+        if len(raw) > MAX_FRAME_BYTES:
+            return await self._error("INVALID_INPUT", f"frame larger than {MAX_FRAME_BYTES} bytes")
+        try:
+            frame = json.loads(raw)
+        except ValueError:
+            return await self._error("INVALID_INPUT", "frames are JSON objects")
+        kind = frame.get("type") if isinstance(frame, dict) else None
+        handler = {"input": self._input, "resize": self._resize, "signal": self._signal, "ack": self._ack}.get(kind)
+        if handler is None:
+            return await self._error("INVALID_INPUT", f"unknown frame type {kind!r}")
+        if self.read_only and kind != "ack":
+            return await self._error("FORBIDDEN", "this connection is read-only (mode=view)")
+        try:
+            await handler(frame)
+        except ServiceError as error:
+            await self._error(error.default_code, error.message)
+
+    async def _input(self, frame: dict) -> None:
+        data = frame.get("data")
+        if not isinstance(data, str):
+            return await self._error("INVALID_INPUT", "input: data must be a string")
+        await database_sync_to_async(sessions.session_write)(
+            actor=self.actor, terminal_id=self.terminal_id, text=data, append_newline=False
+        )
+
+    async def _resize(self, frame: dict) -> None:
+        cols, rows = frame.get("cols"), frame.get("rows")
+        if not (isinstance(cols, int) and isinstance(rows, int)) or cols < 1 or rows < 1 \
+                or cols > settings.TERMINALS["MAX_COLS"] or rows > settings.TERMINALS["MAX_ROWS"]:
+            return await self._error("INVALID_INPUT", "resize: cols and rows must be whole numbers within bounds")
+        await database_sync_to_async(sessions.session_resize)(actor=self.actor, terminal_id=self.terminal_id,
+                                                              cols=cols, rows=rows)
+
+    async def _signal(self, frame: dict) -> None:
+        from .serializers import SIGNALS
+
+        name = str(frame.get("signal", "SIGINT")).upper()
+        name = name if name.startswith("SIG") else "SIG" + name
+        if name not in SIGNALS:
+            return await self._error("INVALID_INPUT", f"signal: {name} is not one of {', '.join(SIGNALS)}")
+        await database_sync_to_async(sessions.session_signal)(actor=self.actor, terminal_id=self.terminal_id, signal=name)
+
+    async def _ack(self, frame: dict) -> None:
+        offset = frame.get("offset")
+        if not isinstance(offset, int):
+            return await self._error("INVALID_INPUT", "ack: offset must be a whole number")
+        self.acked = max(self.acked, min(offset, self.sent_until))
+        if self.paused_at is not None and self.sent_until - self.acked < WINDOW_BYTES // 2:
+            # Caught up: the worker resends what was dropped while paused, from its buffer.
+            resume, self.paused_at = self.paused_at, None
+            await worker_client.request(self.worker_channel, protocol.ATTACH, id=self.terminal_id,
+                                        subscriber=self.channel_name, from_byte=resume)
+
+    # From the worker
+
+    async def terminal_stream_output(self, event: dict) -> None:
+        # Only the next contiguous frame is taken: anything else is a leftover from before a resume.
+        if not self.attached or self.paused_at is not None or event["offset"] != self.sent_until:
+            return
+        if self.sent_until - self.acked >= WINDOW_BYTES:
+            # The client is not keeping up: drop now, resend from the buffer once it acknowledges.
+            self.paused_at = event["offset"]
+            await self._send({"type": "paused", "offset": event["offset"], "window": WINDOW_BYTES})
+            return
+        data = event["data"]
+        self.sent_until = event["offset"] + len(data)
+        await self._send({"type": "output", "offset": event["offset"], "data": decode(data)})
+
+    async def terminal_stream_gap(self, event: dict) -> None:
+        if not self.attached or self.paused_at is not None or event["from"] != self.sent_until:
+            return
+        await self._send({"type": "gap", "from": event["from"], "to": event["to"]})
+        skipped = event["to"] - event["from"]
+        self.sent_until += skipped
+        self.acked += skipped  # nothing to acknowledge for bytes that were never sent
+
+    async def terminal_stream_exit(self, event: dict) -> None:
+        if self.attached and self.paused_at is None and event["offset"] == self.sent_until:
+            await self._send({"type": "exit", "exitCode": event["exitCode"], "signal": event["signal"],
+                              "offset": event["offset"]})
+            await self.close(code=1000)
+
+    async def _send(self, frame: dict) -> None:
+        await self.send(text_data=json.dumps(frame, ensure_ascii=False))
+
+    async def _error(self, code: str, message: str) -> None:
+        await self._send({"type": "error", "code": code, "message": message})
+
+    async def _audit_refusal(self, code: str) -> None:
+        actor = getattr(self, "actor", None) or Actor(source=(self.scope.get("client") or [""])[0] or "")
+        await database_sync_to_async(audit)(actor, "attach", outcome=code, terminal_id=_uuid(self.terminal_id))
+
+
+def _authorization_key(value: str) -> str | None:
+    scheme, _, key = value.partition(" ")
+    return key.strip() or None if scheme.lower() in ("api-key", "bearer") else None
+
+
+def _usable_key(key: str):
+    record = ApiKey.objects.for_key(key)
+    return record if record is not None and record.is_usable() and record.user.is_active else None
+
+
+def _still_usable(key_id: int) -> bool:
+    record = ApiKey.objects.select_related("user").filter(pk=key_id).first()
+    return record is not None and record.is_usable() and record.user.is_active
+
+
+def _uuid(value: str):
+    import uuid
+
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        return None

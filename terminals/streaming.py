@@ -1,0 +1,144 @@
+"""Live output for attached clients: the worker pushes each terminal's new bytes to its subscribers' channels.
+
+Every subscriber gets every byte in order, or an explicit gap. A subscriber
+whose channel is full (a slow client) is skipped, never waited for, so it
+cannot slow the terminal or the other subscribers; on the next batch the
+worker tries again and replays what it missed from the buffer, announcing
+a gap when that part was already evicted. Memory per subscriber is a number.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from channels.exceptions import ChannelFull
+
+from . import protocol
+from .runtime.pty import PtySession
+
+logger = logging.getLogger(__name__)
+
+FRAME_BYTES = 64 * 1024  # at most this much output in one channel-layer message
+REPLAY_BYTES = 1024 * 1024  # at most this much replayed to one subscriber per batch
+RETRY_SECONDS = 0.2  # how soon a skipped (lagging) subscriber is tried again
+ABANDON_SECONDS = 60.0  # a subscriber whose channel stays full this long is gone (its process died)
+
+
+@dataclass
+class Subscriber:
+    channel: str
+    next_byte: int  # the first byte this subscriber has not been sent
+    lagging_since: float | None = None
+    exit_sent: bool = False
+
+
+@dataclass
+class TerminalFeed:
+    """The subscribers of one terminal and the flush scheduled for them."""
+
+    session: PtySession
+    subscribers: dict[str, Subscriber] = field(default_factory=dict)
+    flushing: bool = False
+    pending: bool = False
+
+
+class OutputFanout:
+    """Sends new output of every watched terminal to its subscribers, in batches per event-loop turn."""
+
+    def __init__(self, layer) -> None:
+        self.layer = layer
+        self.feeds: dict[str, TerminalFeed] = {}
+
+    def subscribe(self, terminal_id: str, session: PtySession, channel: str, from_byte: int) -> Subscriber:
+        """Starts (or restarts, from a new byte) sending a terminal's output to a channel."""
+        feed = self.feeds.setdefault(terminal_id, TerminalFeed(session))
+        subscriber = Subscriber(channel=channel, next_byte=max(0, from_byte))
+        feed.subscribers[channel] = subscriber
+        session.on_output = lambda: self.notify(terminal_id)
+        self.notify(terminal_id)
+        return subscriber
+
+    def unsubscribe(self, terminal_id: str, channel: str) -> None:
+        feed = self.feeds.get(terminal_id)
+        if feed is not None:
+            feed.subscribers.pop(channel, None)
+            if not feed.subscribers:
+                feed.session.on_output = None  # nobody watches: the read path does no extra work
+                self.feeds.pop(terminal_id, None)
+
+    def watching(self, terminal_id: str) -> int:
+        feed = self.feeds.get(terminal_id)
+        return len(feed.subscribers) if feed else 0
+
+    def notify(self, terminal_id: str) -> None:
+        """New output (or an exit) happened: flush soon, once per burst."""
+        feed = self.feeds.get(terminal_id)
+        if feed is None:
+            return
+        if feed.flushing:
+            feed.pending = True
+            return
+        feed.flushing = True
+        asyncio.get_running_loop().create_task(self._flush(terminal_id, feed))
+
+    async def _flush(self, terminal_id: str, feed: TerminalFeed) -> None:
+        try:
+            while True:
+                feed.pending = False
+                await asyncio.gather(*(self._send_to(terminal_id, feed, sub) for sub in list(feed.subscribers.values())))
+                if not feed.pending:
+                    break
+        except Exception:  # noqa: BLE001 - a broken subscriber must not stop the others' next flush
+            logger.exception("sending output of %s failed", terminal_id)
+        finally:
+            feed.flushing = False
+        self._retry_lagging(terminal_id, feed)
+
+    def _retry_lagging(self, terminal_id: str, feed: TerminalFeed) -> None:
+        loop = asyncio.get_running_loop()
+        for channel, subscriber in list(feed.subscribers.items()):
+            if subscriber.lagging_since is not None and loop.time() - subscriber.lagging_since > ABANDON_SECONDS:
+                self.unsubscribe(terminal_id, channel)
+        if any(sub.lagging_since is not None for sub in feed.subscribers.values()):
+            loop.call_later(RETRY_SECONDS, self.notify, terminal_id)
+
+    async def _send_to(self, terminal_id: str, feed: TerminalFeed, subscriber: Subscriber) -> None:
+        buffer = feed.session.buffer
+        budget = REPLAY_BYTES
+        complete = not feed.session.is_alive
+        while subscriber.next_byte < buffer.end and budget > 0:
+            data, start, truncated = buffer.read_bytes(subscriber.next_byte, min(FRAME_BYTES, budget), complete=complete)
+            if not data and not truncated:
+                break  # only part of a character so far: it goes with the next output
+            frames = []
+            if truncated or start > subscriber.next_byte:
+                frames.append({"type": protocol.STREAM_GAP, "terminal": terminal_id,
+                               "from": subscriber.next_byte, "to": start})
+            frames.append({"type": protocol.STREAM_OUTPUT, "terminal": terminal_id, "offset": start, "data": data})
+            if not await self._deliver(subscriber, frames):
+                return
+            subscriber.next_byte = start + len(data)
+            budget -= len(data)
+        if budget <= 0:
+            self.notify(terminal_id)  # more to replay: continue in a later turn, letting others run
+            return
+        status = feed.session.exit_status
+        if status is not None and not subscriber.exit_sent and subscriber.next_byte >= buffer.end:
+            subscriber.exit_sent = await self._deliver(subscriber, [{
+                "type": protocol.STREAM_EXIT, "terminal": terminal_id,
+                "exitCode": status.exit_code, "signal": status.signal, "offset": buffer.end,
+            }])
+
+    async def _deliver(self, subscriber: Subscriber, frames: list[dict]) -> bool:
+        for frame in frames:
+            try:
+                await self.layer.send(subscriber.channel, frame)
+            except ChannelFull:
+                # A slow client: skip it now, replay from the buffer on a later flush.
+                if subscriber.lagging_since is None:
+                    subscriber.lagging_since = asyncio.get_running_loop().time()
+                return False
+        subscriber.lagging_since = None
+        return True
