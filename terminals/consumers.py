@@ -196,7 +196,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             return
         data = event["data"]
         self.sent_until = event["offset"] + len(data)
-        await self._send({"type": "output", "offset": event["offset"], "data": decode(data)})
+        await self._send({"type": "output", "offset": event["offset"], "next": self.sent_until, "data": decode(data)})
 
     async def terminal_stream_gap(self, event: dict) -> None:
         if not self.attached or self.paused_at is not None or event["from"] != self.sent_until:
