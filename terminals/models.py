@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import secrets
 import uuid
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import models
+from django.db import connection, models, transaction
 from django.utils import timezone
 
 KEY_TYPE = "tk"
@@ -190,9 +191,26 @@ class TerminalSession(models.Model):
         return updated == 1
 
 
+def _lock_audit_chain() -> None:
+    """Serialises appends to the chain, so two writers never link to the same previous row."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [AUDIT_CHAIN_LOCK])
+    # SQLite: transactions are IMMEDIATE (settings), so a writer holds the database lock already.
+
+
+AUDIT_CHAIN_LOCK = 6973
+
+
 class AuditQuerySet(models.QuerySet["AuditEvent"]):
     def update(self, **kwargs):
         raise PermissionError("audit events are never changed")
+
+    def bulk_update(self, *args, **kwargs):
+        raise PermissionError("audit events are never changed")
+
+    def bulk_create(self, *args, **kwargs):
+        raise PermissionError("audit events are added one at a time, each linked to the one before")
 
     def delete(self):
         raise PermissionError("audit events are never deleted")
@@ -217,6 +235,10 @@ class AuditEvent(models.Model):
     terminal_id = models.UUIDField(null=True, blank=True, db_index=True)
     outcome = models.CharField(max_length=32)
     details = models.JSONField(default=dict, blank=True)
+    # Each row's hash covers its content and the previous row's hash, so a changed,
+    # removed or inserted row breaks the chain (manage.py verify_audit finds where).
+    previous_hash = models.CharField(max_length=64, blank=True, editable=False)
+    hash = models.CharField(max_length=64, blank=True, editable=False)
 
     objects = AuditQuerySet.as_manager()
 
@@ -229,7 +251,27 @@ class AuditEvent(models.Model):
     def save(self, *args, **kwargs) -> None:
         if self.pk is not None:
             raise PermissionError("audit events are never changed")
-        super().save(*args, **kwargs)
+        with transaction.atomic():
+            _lock_audit_chain()
+            last = AuditEvent.objects.order_by("-id").values_list("hash", flat=True).first()
+            self.previous_hash = last or ""
+            self.hash = self.compute_hash()
+            super().save(*args, **kwargs)
+
+    def compute_hash(self) -> str:
+        content = {
+            "at": self.at.isoformat(),
+            "user": self.user_id,
+            "username": self.username,
+            "key_prefix": self.key_prefix,
+            "source": self.source,
+            "action": self.action,
+            "terminal": str(self.terminal_id) if self.terminal_id else None,
+            "outcome": self.outcome,
+            "details": self.details,
+        }
+        canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+        return hashlib.sha256((self.previous_hash + canonical).encode()).hexdigest()
 
     def delete(self, *args, **kwargs):
         raise PermissionError("audit events are never deleted")
