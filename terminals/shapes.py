@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime, timezone
 
 from .runtime.ansi import strip_ansi
@@ -78,9 +79,16 @@ def read_text(text: str, read: dict) -> tuple[str, int, int, int]:
     return output, len(lines), shown, omitted
 
 
+# zsh marks a last line without a newline (PROMPT_SP) before its prompt hooks run, so the
+# mark lands inside a typed command's output: bold/reverse "%" or "#", spaces, "\r \r".
+ZSH_PROMPT_SP = re.compile(r"(?:\x1b\[[0-9;]*m)*[%#]?(?:\x1b\[[0-9;]*m)* *\r \r$")
+
+
 def command_data(session: PtySession, record: Command, read: dict, result: WaitResult | None = None) -> dict:
     """A command as the commands endpoints return it; result is the outcome of the wait just made."""
     text, evicted = ("", False) if record.start_byte is None else session.buffer.text_between(record.start_byte, record.end_byte)
+    if record.source == "shell" and record.end_byte is not None:
+        text = ZSH_PROMPT_SP.sub("", text)
     output, total, shown, omitted = read_text(text, read)
     return {
         "commandId": record.id,

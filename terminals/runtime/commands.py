@@ -35,6 +35,7 @@ class Command:
     source: str
     started_at: float
     nonce: str = ""
+    typed_at: int | None = None  # where the echo of its typed text begins
     start_byte: int | None = None  # where its output begins, once it runs
     end_byte: int | None = None
     finished_at: float | None = None
@@ -76,7 +77,8 @@ def wrap(command: str, nonce: str) -> str:
     """
     begin = f"printf '\\033]6973;{nonce};B\\007'"
     end = f"printf '\\033]6973;{nonce};E;%s\\007' \"$?\""
-    return f"{{ {begin}; {command}\n}}; {end}\n"
+    # The empty line ends a command whose last line ends in a backslash (a continuation).
+    return f"{{ {begin}; {command}\n\n}}; {end}\n"
 
 
 class CommandTracker:
@@ -91,9 +93,11 @@ class CommandTracker:
         self.current: Command | None = None  # the API command in flight
         self.typed: Command | None = None  # a command typed by a person, reported by the hooks
         self.at_prompt = asyncio.Event()
-        # Whether the next prompt marker answers the current command: true only when the
-        # previous prompt's marker had arrived before it was typed.
-        self._prompt_answers_current = False
+        # Prompt markers still to come that belong to before the current command was typed
+        # (it was typed before the previous prompt's marker arrived, e.g. during startup).
+        self._stale_prompts = 0
+        # Finds where a refused command's error message begins (set by the session that owns the output).
+        self.locate_refusal: Callable[[Command, int], int] | None = None
 
     # Starting
 
@@ -108,7 +112,7 @@ class CommandTracker:
         )
         self._remember(record)
         self.current = record
-        self._prompt_answers_current = self.at_prompt.is_set()
+        self._stale_prompts = 0 if self.at_prompt.is_set() else 1
         self.at_prompt.clear()
         return record, wrap(command, record.nonce)
 
@@ -164,11 +168,14 @@ class CommandTracker:
             self.typed.finish(exit_code=exit_code, at_byte=offset, when=self._clock())
             self.typed = None
         current = self.current
-        if current is not None and (current.start_byte is not None or self._prompt_answers_current):
+        if current is not None and current.start_byte is None and self._stale_prompts:
+            self._stale_prompts -= 1  # the prompt before the command, reported late
+        elif current is not None:
             # The prompt is back without the end marker: Ctrl-C or a signal abandoned the rest of the
             # line, or (before it began) the shell refused its text, a syntax error.
+            if current.start_byte is None and self.locate_refusal is not None:
+                current.start_byte = self.locate_refusal(current, offset)
             self._finish_current(exit_code, offset)
-        self._prompt_answers_current = False
         self.at_prompt.set()
 
     def _finish_current(self, exit_code: int | None, offset: int) -> None:

@@ -89,6 +89,21 @@ def is_reading_terminal(pid: int) -> bool:
     return target.startswith(("/dev/pts/", "/dev/tty"))
 
 
+# poll(2), select(2), pselect6(2), ppoll(2): how line editors such as readline wait for a key.
+POLL_SYSCALLS = {"x86_64": {7, 23, 270, 271}, "aarch64": {72, 73}}.get(platform.machine(), set())
+
+
+def is_polling_terminal(pid: int) -> bool:
+    """Whether pid waits in poll/select with a terminal as its input: a line editor waiting for keys."""
+    try:
+        with open(f"{PROC}/{pid}/syscall") as syscall:
+            fields = syscall.read().split()
+        target = os.readlink(f"{PROC}/{pid}/fd/0")
+    except OSError:
+        return False
+    return bool(fields) and fields[0].isdigit() and int(fields[0]) in POLL_SYSCALLS and target.startswith("/dev/pts/")
+
+
 def command_line(pid: int) -> str:
     try:
         with open(f"{PROC}/{pid}/cmdline", "rb") as cmdline:

@@ -321,7 +321,10 @@ class PtySession:
     def busy(self) -> bool:
         """Whether a program other than the first process holds the foreground (a shell is not at its prompt)."""
         group = self.foreground_group()
-        return self.is_alive and group is not None and group != self.pid
+        if not self.is_alive or group in (None, self.pid):
+            return False
+        # A foreground group that just ended leaves 0 or a dead id until the shell takes the terminal back.
+        return group > 0 and bool(processes.group_members(group))
 
     def waiting_for_input(self) -> bool:
         """Whether a foreground process is blocked reading the terminal."""

@@ -11,10 +11,12 @@ from pathlib import Path
 from .commands import RUNNING, Command, CommandTracker
 from .errors import SessionInactive, TerminalError
 from .markers import Marker, MarkerParser
+from . import processes
 from .pty import PtySession, SpawnSpec
 
 INTEGRATION = Path(__file__).with_name("shell_integration")
 POLL_SECONDS = 0.1  # how often a waiting command is checked for a prompt that waits for input
+CONFIRM_SECONDS = 0.05
 
 
 class TerminalBusy(TerminalError):
@@ -58,6 +60,7 @@ class ShellSession(PtySession):
         self.commands = CommandTracker(clock=clock)
         super().__init__(integrated_spec(spec, self.commands.secret), clock=clock, **kwargs)
         self._markers = MarkerParser()
+        self.commands.locate_refusal = self._refusal_start
 
     def _ingest(self, data: bytes) -> None:
         for piece in self._markers.feed(data):
@@ -66,6 +69,19 @@ class ShellSession(PtySession):
                     self.buffer.append(piece.raw)
             else:
                 self.buffer.append(piece)
+        self._answer_queries(data)
+
+    def _refusal_start(self, record: Command, prompt_at: int) -> int:
+        """Where the shell's complaint about a refused command begins: after the echo of its last typed line."""
+        typed_at = record.typed_at if record.typed_at is not None else prompt_at
+        text, _ = self.buffer.text_between(typed_at, prompt_at)
+        echo_end = text.rfind(record.nonce)
+        if echo_end < 0:
+            return prompt_at
+        newline = text.find("\n", echo_end)
+        if newline < 0:
+            return prompt_at
+        return typed_at + len(text[: newline + 1].encode("utf-8", errors="surrogateescape"))
 
     def _report_exit(self) -> None:
         if not self._exit_reported:
@@ -94,6 +110,7 @@ class ShellSession(PtySession):
                 foreground=foreground,
             )
         record, text = self.commands.begin(command)
+        record.typed_at = self.buffer.end
         try:
             self.write(text.encode("utf-8", errors="surrogateescape"))
         except TerminalError:
@@ -112,9 +129,27 @@ class ShellSession(PtySession):
             try:
                 await asyncio.wait_for(record.done.wait(), min(remaining, POLL_SECONDS))
             except TimeoutError:
-                if self._quiet_for(POLL_SECONDS) and self.waiting_for_input():
+                if self._quiet_for(POLL_SECONDS) and await self._confirmed_waiting(record):
                     return WaitResult(finished=False, waiting_for_input=True)
         return WaitResult(finished=True)
+
+    async def _confirmed_waiting(self, record: Command) -> bool:
+        """Waiting for input, seen twice: a shell back at its prompt reads the terminal too, a moment
+        before the command's end marker has made its way through the PTY."""
+        if not self.waiting_for_input():
+            return False
+        try:
+            await asyncio.wait_for(record.done.wait(), CONFIRM_SECONDS)
+        except TimeoutError:
+            return record.status == RUNNING and self.waiting_for_input()
+        return False
+
+    def waiting_for_input(self) -> bool:
+        """Also true when the shell itself waits in its line editor (a continuation prompt)."""
+        if super().waiting_for_input():
+            return True
+        running = self.commands.current
+        return running is not None and not self.busy and processes.is_polling_terminal(self.pid)
 
     def _quiet_for(self, seconds: float) -> bool:
         return self._clock() - self.last_activity >= seconds

@@ -18,6 +18,9 @@ __terminals_precmd() {
     return $exit_status
 }
 
+# Agents send commands with trailing comments; without this zsh would take "#" literally.
+setopt interactive_comments
+
 autoload -Uz add-zsh-hook
 add-zsh-hook preexec __terminals_preexec
 # First, so it sees the command's status before any other hook changes it.
