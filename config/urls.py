@@ -7,6 +7,7 @@ from rest_framework.routers import SimpleRouter
 
 from terminals import errors_http
 from terminals.views import AuditViewSet, HealthView, TerminalViewSet
+from terminals.views_acp import AcpView
 
 router = SimpleRouter(trailing_slash=False)
 router.register("terminals", TerminalViewSet, basename="terminal")
@@ -14,6 +15,7 @@ router.register("audit", AuditViewSet, basename="audit")
 
 urlpatterns = [
     path("api/health", HealthView.as_view(), name="health"),
+    path("api/acp", AcpView.as_view(), name="acp"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
     path("api/", include(router.urls)),

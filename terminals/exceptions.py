@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -38,6 +40,14 @@ class TerminalInactive(ServiceError):
     status_code = status.HTTP_409_CONFLICT
     default_code = "TERMINAL_INACTIVE"
     default_detail = "Terminal is not active"
+
+
+class RequestTooLarge(ServiceError):
+    """The request body is larger than the service accepts."""
+
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_code = "INVALID_INPUT"
+    default_detail = "Request body too large"
 
 
 class TerminalBusy(ServiceError):
@@ -167,6 +177,10 @@ def as_service_error(exc: Exception) -> ServiceError:
         return InvalidInput(_validation_message(exc.detail), {"fields": exc.detail})
     if isinstance(exc, exceptions.ParseError):
         return InvalidInput(f"Malformed request body: {exc.detail}")
+    if isinstance(exc, RecursionError):
+        return InvalidInput("Malformed request body: nested too deeply")
+    if isinstance(exc, RequestDataTooBig):
+        return RequestTooLarge(f"Request body larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes")
     if isinstance(exc, exceptions.UnsupportedMediaType):
         return InvalidInput(str(exc.detail))
     if isinstance(exc, (exceptions.NotAuthenticated, exceptions.AuthenticationFailed)):
@@ -186,15 +200,17 @@ def as_service_error(exc: Exception) -> ServiceError:
 
 
 def _validation_message(detail) -> str:
+    """ "field: first problem; other: ..." from DRF's nested error details."""
     if isinstance(detail, dict):
-        parts = []
-        for field, problems in detail.items():
-            text = problems[0] if isinstance(problems, list) and problems else problems
-            parts.append(f"{field}: {text}")
+        parts = [f"{field}: {_first_problem(problems)}" for field, problems in detail.items()]
         return "; ".join(parts) or "Invalid input"
-    if isinstance(detail, list) and detail:
-        return str(detail[0])
-    return str(detail)
+    return _first_problem(detail) or "Invalid input"
+
+
+def _first_problem(problems) -> str:
+    while isinstance(problems, (list, dict)) and problems:
+        problems = problems[0] if isinstance(problems, list) else next(iter(problems.values()))
+    return str(problems)
 
 
 def exception_handler(exc: Exception, context: dict) -> Response:

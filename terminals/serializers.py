@@ -53,6 +53,11 @@ class TerminalCreateSerializer(serializers.Serializer):
     outputByteLimit = serializers.IntegerField(required=False, min_value=1, help_text="Keep only the newest bytes")
     sessionId = serializers.CharField(required=False, allow_blank=True, max_length=200)
 
+    def validate_args(self, value: list[str]) -> list[str]:
+        if any("\x00" in arg for arg in value):
+            raise serializers.ValidationError("An argument must not contain NUL.")
+        return value
+
     def validate(self, attrs):
         if attrs.get("shell") and attrs.get("command"):
             raise serializers.ValidationError({"command": "Give a shell or a command, not both."})
@@ -118,6 +123,8 @@ class OutputQuerySerializer(ReadOptionsSerializer):
     fromByte = serializers.IntegerField(required=False, min_value=0, help_text="Read by byte offset instead of line")
     maxBytes = serializers.IntegerField(required=False, default=65536, min_value=1)
     stream = serializers.ChoiceField(choices=STREAMS, required=False, default="both")
+    follow = serializers.BooleanField(required=False, default=False,
+                                      help_text="Stream as Server-Sent Events until the process exits")
 
     def validate_maxBytes(self, value: int) -> int:
         return _at_most(value, _limit("MAX_READ_BYTES"))
@@ -200,6 +207,9 @@ class TerminateSerializer(serializers.Serializer):
 class ListQuerySerializer(serializers.Serializer):
     status = serializers.ChoiceField(
         choices=["active", "all", *TerminalSession.Status.values], required=False, default="active"
+    )
+    sessionId = serializers.CharField(
+        required=False, max_length=200, trim_whitespace=False, help_text="Only the terminals of this ACP session"
     )
 
 

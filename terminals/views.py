@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema
+from django.http import StreamingHttpResponse
 from rest_framework import mixins, pagination, permissions, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -43,7 +44,8 @@ class TerminalViewSet(viewsets.ViewSet):
     @extend_schema(parameters=[s.ListQuerySerializer], responses={200: s.enveloped(s.TerminalListSerializer), **ERRORS})
     def list(self, request):
         query = valid(s.ListQuerySerializer, request.query_params)
-        terminals = sessions.session_list(user=request.user, status=query["status"])
+        session_filter = {"session_id": query["sessionId"]} if "sessionId" in query else None
+        terminals = sessions.session_list(user=request.user, status=query["status"], session_filter=session_filter)
         return ok({"terminals": terminals, "count": len(terminals)})
 
     @extend_schema(request=s.TerminalCreateSerializer, responses={201: s.enveloped(s.TerminalCreatedSerializer), **ERRORS})
@@ -86,7 +88,16 @@ class TerminalViewSet(viewsets.ViewSet):
     def output(self, request, pk=None):
         query = s.OutputQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
-        return ok(sessions.session_read(actor=Actor.from_request(request), terminal_id=pk, options=query.options()))
+        actor = Actor.from_request(request)
+        if query.validated_data["follow"]:
+            resume = request.headers.get("Last-Event-ID")
+            from_byte = int(resume) if resume and resume.isdigit() else query.validated_data.get("fromByte")
+            stream = sessions.session_follow(actor=actor, terminal_id=pk, from_byte=from_byte)
+            response = StreamingHttpResponse(stream, content_type="text/event-stream")
+            response["Cache-Control"] = "no-cache"
+            response["X-Accel-Buffering"] = "no"
+            return response
+        return ok(sessions.session_read(actor=actor, terminal_id=pk, options=query.options()))
 
     @extend_schema(responses={200: s.enveloped(s.StatsSerializer), **ERRORS})
     @action(detail=True, methods=["get"])

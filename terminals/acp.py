@@ -1,0 +1,331 @@
+"""The Agent Client Protocol's terminal methods as JSON-RPC 2.0: one request or a batch in, its responses out.
+
+Decisions the protocol leaves open:
+
+- Calls of a batch run one after another, in order; one failing call never affects the others.
+  A batch holds at most MAX_BATCH calls, since the request throttle counts a batch once.
+- params is an object (by name). Omitted or null params count as {}; an array is Invalid params.
+  Parameters this server does not know are ignored, as is an optional parameter given as null.
+- sessionId is a non-empty string of at most 200 characters. A terminal answers only to the
+  sessionId it was created with; any other answers exactly like an unknown terminal.
+- terminal/wait_for_exit waits at most settings.TERMINALS["MAX_WAIT_MS"]; after that it answers
+  -32000 with data.code "TIMEOUT" and the terminal keeps running.
+- Errors of the service answer -32000 "Server error" with data {code, message, details},
+  code being the REST API's error code (TERMINAL_NOT_FOUND, TERMINAL_INACTIVE, LIMIT_REACHED, ...).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from . import sessions
+from .audit import Actor
+from .exceptions import ServiceError, TerminalNotFound
+
+logger = logging.getLogger(__name__)
+
+PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
+SERVER_ERROR = -32000
+MESSAGES = {
+    PARSE_ERROR: "Parse error",
+    INVALID_REQUEST: "Invalid Request",
+    METHOD_NOT_FOUND: "Method not found",
+    INVALID_PARAMS: "Invalid params",
+    INTERNAL_ERROR: "Internal error",
+    SERVER_ERROR: "Server error",
+}
+# What the audit trail records as the outcome of a call refused before it reached the service.
+OUTCOMES = {
+    PARSE_ERROR: "PARSE_ERROR",
+    INVALID_REQUEST: "INVALID_REQUEST",
+    METHOD_NOT_FOUND: "METHOD_NOT_FOUND",
+    INVALID_PARAMS: "INVALID_PARAMS",
+    INTERNAL_ERROR: "INTERNAL_ERROR",
+    SERVER_ERROR: "SERVER_ERROR",
+}
+MAX_BATCH = 100
+MAX_SESSION_ID = 200
+MAX_OUTPUT_BYTE_LIMIT = 2**31 - 1  # what the terminal record's column holds on every database
+NO_ID = object()  # a request without "id" is a notification and gets no response
+
+
+class RpcError(Exception):
+    """A JSON-RPC error object for the call being answered."""
+
+    def __init__(self, code: int, data: dict | None = None, outcome: str | None = None) -> None:
+        super().__init__(MESSAGES[code])
+        self.code = code
+        self.data = data
+        self.outcome = outcome or OUTCOMES[code]
+
+    @classmethod
+    def from_service(cls, error: ServiceError) -> RpcError:
+        """The service's error as a JSON-RPC server error carrying the REST API's code."""
+        data = {"code": error.default_code, "message": error.message, "details": error.details}
+        return cls(SERVER_ERROR, data, error.default_code)
+
+    def as_dict(self) -> dict:
+        error = {"code": self.code, "message": MESSAGES[self.code]}
+        if self.data is not None:
+            error["data"] = self.data
+        return error
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call as the audit trail records it: its method, id, outcome and the terminal it named."""
+
+    method: str | None
+    id: str | int | float | None
+    outcome: str
+    terminal_id: uuid.UUID | None
+
+
+def _ignore(call: Call) -> None:
+    pass
+
+
+def handle(payload, *, actor: Actor, on_call: Callable[[Call], None] = _ignore) -> dict | list | None:
+    """The response to a request, the list of responses to a batch, or None when nothing is answered.
+
+    on_call sees every call, notifications and refused ones included.
+    """
+    if not isinstance(payload, list):
+        return handle_one(payload, actor, on_call)
+    if not payload or len(payload) > MAX_BATCH:
+        message = "empty batch" if not payload else f"a batch holds at most {MAX_BATCH} calls"
+        return _refuse(RpcError(INVALID_REQUEST, {"message": message}), on_call)
+    responses = [handle_one(request, actor, on_call) for request in payload]
+    return [response for response in responses if response is not None] or None
+
+
+def refuse(code: int, message: str, *, on_call: Callable[[Call], None] = _ignore) -> dict:
+    """The response to a body refused before any call in it could be read (PARSE_ERROR, INVALID_REQUEST)."""
+    return _refuse(RpcError(code, {"message": message}), on_call)
+
+
+def _refuse(error: RpcError, on_call: Callable[[Call], None]) -> dict:
+    on_call(Call(method=None, id=None, outcome=error.outcome, terminal_id=None))
+    return _response(None, error=error)
+
+
+def handle_one(request, actor: Actor, on_call: Callable[[Call], None]) -> dict | None:
+    """Runs one call; returns its response, or None for a notification."""
+    request_id = _request_id(request)
+    method = request.get("method") if isinstance(request, dict) else None
+    terminal_id = None
+    try:
+        method, params = _parse(request, request_id)
+        terminal_id = _uuid_or_none(params.get("terminalId"))
+        result = METHODS[method](actor, params)
+        if method == "terminal/create":
+            terminal_id = _uuid_or_none(result["terminalId"])
+    except Exception as problem:  # noqa: BLE001 - every failure is answered as this call's error, never a 500
+        error = _as_rpc_error(problem, method)
+        on_call(Call(_audited(method), _audited_id(request_id), error.outcome, terminal_id))
+        return None if _is_notification(request, error) else _response(request_id, error=error)
+    on_call(Call(method, _audited_id(request_id), "ok", terminal_id))
+    return None if request_id is NO_ID else _response(request_id, result=result)
+
+
+def _as_rpc_error(problem: Exception, method) -> RpcError:
+    if isinstance(problem, RpcError):
+        return problem
+    if isinstance(problem, ServiceError):
+        return RpcError.from_service(problem)
+    logger.exception("ACP call %r failed", method)
+    return RpcError(INTERNAL_ERROR)
+
+
+def _request_id(request):
+    """The request's id, NO_ID for a notification, or None when the id itself is unusable."""
+    if not isinstance(request, dict) or "id" not in request:
+        return NO_ID
+    request_id = request["id"]
+    valid = request_id is None or (isinstance(request_id, (str, int, float)) and not isinstance(request_id, bool))
+    return request_id if valid else None
+
+
+def _is_notification(request, error: RpcError) -> bool:
+    # A request too malformed to be a notification is answered even without an id.
+    return isinstance(request, dict) and "id" not in request and error.code != INVALID_REQUEST
+
+
+def _audited(method):
+    return method if isinstance(method, str) else None
+
+
+def _audited_id(request_id):
+    return None if request_id is NO_ID else request_id
+
+
+def _response(request_id, *, result=None, error: RpcError | None = None) -> dict:
+    response = {"jsonrpc": "2.0", "id": None if request_id is NO_ID else request_id}
+    if error is not None:
+        response["error"] = error.as_dict()
+    else:
+        response["result"] = result
+    return response
+
+
+def _parse(request, request_id) -> tuple[str, dict]:
+    """The method and params of a well-formed request; raises RpcError otherwise."""
+    if not isinstance(request, dict):
+        raise RpcError(INVALID_REQUEST, {"message": "a request is a JSON object"})
+    if request.get("jsonrpc") != "2.0":
+        raise RpcError(INVALID_REQUEST, {"message": 'jsonrpc must be "2.0"'})
+    if request_id is None and request.get("id") is not None:
+        raise RpcError(INVALID_REQUEST, {"message": "id must be a string, a number or null"})
+    method = request.get("method")
+    if not isinstance(method, str):
+        raise RpcError(INVALID_REQUEST, {"message": "method must be a string"})
+    params = request.get("params")
+    if params is not None and not isinstance(params, (dict, list)):
+        raise RpcError(INVALID_REQUEST, {"message": "params must be an object"})
+    if method not in METHODS:
+        raise RpcError(METHOD_NOT_FOUND, {"method": method})
+    if isinstance(params, list):
+        raise _invalid("params", "must be an object of named parameters")
+    return method, params or {}
+
+
+def _uuid_or_none(value) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+# Parameters
+
+
+def _invalid(field: str, message: str) -> RpcError:
+    return RpcError(INVALID_PARAMS, {"field": field, "message": message})
+
+
+def _string(params: dict, name: str, *, required: bool = True, max_length: int | None = None) -> str | None:
+    value = params.get(name)
+    if value is None:
+        if required:
+            raise _invalid(name, "is required")
+        return None
+    if not isinstance(value, str) or (required and not value):
+        raise _invalid(name, "must be a non-empty string" if required else "must be a string")
+    if max_length is not None and len(value) > max_length:
+        raise _invalid(name, f"must be at most {max_length} characters")
+    return value
+
+
+def _strings(params: dict, name: str) -> list[str]:
+    value = params.get(name)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise _invalid(name, "must be a list of strings")
+    return value
+
+
+def _env(params: dict) -> dict[str, str]:
+    value = params.get("env")
+    if value is None:
+        return {}
+    if not isinstance(value, list):
+        raise _invalid("env", "must be a list of {name, value}")
+    for item in value:
+        if not isinstance(item, dict) or set(item) != {"name", "value"}:
+            raise _invalid("env", "each item must be exactly {name, value}")
+        if not isinstance(item["name"], str) or not isinstance(item["value"], str):
+            raise _invalid("env", "name and value must be strings")
+    # A name given twice keeps its last value, as a shell's assignments would.
+    return {item["name"]: item["value"] for item in value}
+
+
+def _cwd(params: dict) -> str | None:
+    cwd = _string(params, "cwd", required=False)
+    if cwd is not None and not cwd.startswith("/"):
+        raise _invalid("cwd", "must be an absolute path")
+    return cwd
+
+
+def _output_byte_limit(params: dict) -> int | None:
+    value = params.get("outputByteLimit")
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_OUTPUT_BYTE_LIMIT:
+        raise _invalid("outputByteLimit", f"must be an integer from 1 to {MAX_OUTPUT_BYTE_LIMIT}")
+    return value
+
+
+def _session_id(params: dict) -> str:
+    session_id = _string(params, "sessionId", max_length=MAX_SESSION_ID)
+    if "\x00" in session_id:
+        raise _invalid("sessionId", "must not contain NUL")  # PostgreSQL text cannot hold it
+    return session_id
+
+
+def _terminal(actor: Actor, params: dict) -> str:
+    """The terminalId of a terminal the caller may address in this session; raises otherwise."""
+    session_id = _session_id(params)
+    terminal_id = _string(params, "terminalId")
+    record = sessions.session_get_for(user=actor.user, terminal_id=terminal_id)
+    if record.session_id != session_id:
+        raise TerminalNotFound(f"Terminal {terminal_id} not found")
+    return terminal_id
+
+
+# Methods: each takes the actor and the params and returns the call's result.
+
+
+def terminal_create(actor: Actor, params: dict) -> dict:
+    session_id, command = _session_id(params), _string(params, "command")
+    args, env, cwd, limit = _strings(params, "args"), _env(params), _cwd(params), _output_byte_limit(params)
+    created = sessions.session_create(
+        actor=actor, command=command, args=args, env=env, cwd=cwd, output_byte_limit=limit,
+        session_id=session_id, pty=True, name="",
+    )
+    return {"terminalId": created["terminalId"]}
+
+
+def terminal_output(actor: Actor, params: dict) -> dict:
+    read = {"mode": "full", "head_lines": 50, "tail_lines": 50,
+            "max_lines": settings.TERMINALS["MAX_OUTPUT_LINES"], "strip_ansi": False}
+    options = {"since": None, "since_time": None, "stream": "both", "read": read}
+    data = sessions.session_read(actor=actor, terminal_id=_terminal(actor, params), options=options)
+    limited = "acpOutput" in data
+    result = {"output": data["acpOutput" if limited else "output"],
+              "truncated": data["acpTruncated" if limited else "truncated"]}
+    if data.get("exitStatus") is not None:
+        result["exitStatus"] = {"exitCode": data["exitStatus"]["exitCode"], "signal": data["exitStatus"]["signal"]}
+    return result
+
+
+def terminal_wait_for_exit(actor: Actor, params: dict) -> dict:
+    longest = settings.TERMINALS["MAX_WAIT_MS"]
+    data = sessions.session_wait_exit(actor=actor, terminal_id=_terminal(actor, params), timeout_ms=longest)
+    if data["timedOut"]:
+        message = f"The command did not exit within the server's maximum wait of {longest} ms"
+        raise RpcError(SERVER_ERROR, {"code": "TIMEOUT", "message": message, "details": {"timeoutMs": longest}},
+                       "TIMEOUT")
+    return {"exitCode": data["exitCode"], "signal": data["signal"]}
+
+
+def terminal_kill(actor: Actor, params: dict) -> None:
+    sessions.session_kill(actor=actor, terminal_id=_terminal(actor, params))
+
+
+def terminal_release(actor: Actor, params: dict) -> None:
+    sessions.session_terminate(actor=actor, terminal_id=_terminal(actor, params))
+
+
+METHODS: dict[str, Callable[[Actor, dict], object]] = {
+    "terminal/create": terminal_create,
+    "terminal/output": terminal_output,
+    "terminal/wait_for_exit": terminal_wait_for_exit,
+    "terminal/kill": terminal_kill,
+    "terminal/release": terminal_release,
+}

@@ -1,0 +1,75 @@
+"""The Agent Client Protocol endpoint: JSON-RPC 2.0 over POST, answered by terminals.acp."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework.parsers import JSONParser
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from . import acp
+from . import serializers as s
+from .audit import Actor, audit
+from .throttling import ApiKeyRateThrottle
+
+DESCRIPTION = """\
+JSON-RPC 2.0: one request object or a batch (an array) of them. Methods: terminal/create,
+terminal/output, terminal/wait_for_exit, terminal/kill, terminal/release, with the Agent Client
+Protocol's params (sessionId, terminalId, command, args, env, cwd, outputByteLimit).
+
+Every JSON-RPC answer, errors included, comes with HTTP 200; notifications only get 204.
+Errors: -32700 body not JSON; -32600 not a request, an empty batch, more than 100 calls or a body
+over the upload limit; -32601 unknown method; -32602 invalid params (data.field names the
+parameter); -32603 internal error; -32000 service error (data.code is the REST API's error code,
+or TIMEOUT when terminal/wait_for_exit outlasts the server's maximum wait, MAX_WAIT_MS).
+A missing or bad API key gets the REST API's 401 envelope, too many requests its 429 envelope.
+"""
+
+
+def _audit_call(actor: Actor, call: acp.Call) -> None:
+    audit(actor, "acp", outcome=call.outcome, terminal_id=call.terminal_id, method=call.method, id=call.id)
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+class AcpView(APIView):
+    """The Agent Client Protocol's terminal methods; one audit row per call."""
+
+    parser_classes = [JSONParser]
+    throttle_classes = [ApiKeyRateThrottle]
+    audit_action = "acp"
+
+    @extend_schema(
+        tags=["acp"],
+        operation_id="acp_call",
+        summary="Call Agent Client Protocol terminal methods (JSON-RPC 2.0)",
+        description=DESCRIPTION,
+        request=OpenApiTypes.OBJECT,
+        responses={
+            200: OpenApiResponse(OpenApiTypes.OBJECT, description="A JSON-RPC response, or a batch's array of them"),
+            204: OpenApiResponse(description="The batch held only notifications"),
+            401: s.ErrorEnvelope,
+            429: s.ErrorEnvelope,
+        },
+    )
+    def post(self, request):
+        actor = Actor.from_request(request)
+        on_call = functools.partial(_audit_call, actor)
+        # The body is read here, not by the parser, so malformed JSON is answered in JSON-RPC, not the REST envelope.
+        try:
+            payload = json.loads(request.body, parse_constant=_reject_constant)
+        except RequestDataTooBig:
+            limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+            return Response(acp.refuse(acp.INVALID_REQUEST, f"the body is larger than {limit} bytes", on_call=on_call))
+        except (ValueError, RecursionError):
+            return Response(acp.refuse(acp.PARSE_ERROR, "the body is not valid JSON", on_call=on_call))
+        answer = acp.handle(payload, actor=actor, on_call=on_call)
+        return Response(status=204) if answer is None else Response(answer)

@@ -1,0 +1,398 @@
+"""The Agent Client Protocol endpoint: JSON-RPC 2.0 terminal methods, answered by the real embedded server."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+
+from terminals.models import AuditEvent
+
+from .client import Api
+from .servers import start_embedded
+
+ROUTE = "/api/acp"
+SHORT_WAIT_MS = 300
+
+
+def new_session() -> str:
+    return f"sess_{uuid.uuid4().hex}"
+
+
+def rpc(api: Api, method: str, params: dict | None = None, request_id=1) -> dict:
+    """Sends one request and returns its JSON-RPC response, which always comes with HTTP 200."""
+    body = {"jsonrpc": "2.0", "id": request_id, "method": method}
+    if params is not None:
+        body["params"] = params
+    response = api.post(ROUTE, json=body)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert answer["jsonrpc"] == "2.0"
+    assert answer["id"] == request_id
+    return answer
+
+
+def result(api: Api, method: str, **params):
+    answer = rpc(api, method, params)
+    assert "error" not in answer, answer
+    return answer["result"]
+
+
+def error(api: Api, method: str, **params) -> dict:
+    answer = rpc(api, method, params)
+    assert "result" not in answer, answer
+    return answer["error"]
+
+
+def create(api: Api, session: str, command: str, *args: str, **params) -> str:
+    """Creates a terminal; the client's cleanup releases it after the test."""
+    created = result(api, "terminal/create", sessionId=session, command=command, args=list(args), **params)
+    api.created.append(created["terminalId"])
+    return created["terminalId"]
+
+
+def server_error_code(answer: dict) -> str:
+    assert answer["code"] == -32000, answer
+    assert answer["message"] == "Server error"
+    return answer["data"]["code"]
+
+
+@pytest.fixture
+def session() -> str:
+    return new_session()
+
+
+# The methods
+
+
+def test_create_output_wait_for_exit_report_the_exit_code(alice, session):
+    """A command runs at once; wait_for_exit answers its exit code and output shows what it printed."""
+    terminal = create(alice, session, "sh", "-c", "echo hi; exit 3")
+
+    assert result(alice, "terminal/wait_for_exit", sessionId=session, terminalId=terminal) == {
+        "exitCode": 3, "signal": None,
+    }
+    output = result(alice, "terminal/output", sessionId=session, terminalId=terminal)
+    assert "hi" in output["output"]
+    assert output["truncated"] is False
+    assert output["exitStatus"] == {"exitCode": 3, "signal": None}
+    assert set(output) == {"output", "truncated", "exitStatus"}
+
+
+def test_create_passes_env_and_cwd_and_ignores_unknown_params(alice, session):
+    """env's {name, value} pairs reach the command, cwd is its directory, and _meta is ignored."""
+    terminal = create(
+        alice, session, "sh", "-c", 'echo "greeting=$GREETING"; pwd',
+        env=[{"name": "GREETING", "value": "hello"}], cwd="/tmp", _meta={"client": "test"},
+    )
+    result(alice, "terminal/wait_for_exit", sessionId=session, terminalId=terminal)
+    output = result(alice, "terminal/output", sessionId=session, terminalId=terminal)["output"]
+    assert "greeting=hello" in output
+    assert "/tmp" in output.splitlines()[-1]
+
+
+def test_output_has_exit_status_only_once_exited(alice, session):
+    """A running command's output has no exitStatus; after kill it has one and the terminal stays readable."""
+    terminal = create(alice, session, "sleep", "30")
+    running = result(alice, "terminal/output", sessionId=session, terminalId=terminal)
+    assert "exitStatus" not in running
+
+    assert result(alice, "terminal/kill", sessionId=session, terminalId=terminal) is None
+    killed = result(alice, "terminal/output", sessionId=session, terminalId=terminal)
+    assert killed["exitStatus"] == {"exitCode": None, "signal": "SIGKILL"}
+
+
+def test_output_byte_limit_keeps_the_newest_whole_characters(alice, session):
+    """With outputByteLimit 10, output is the newest bytes cut at a character boundary, and truncated."""
+    terminal = create(alice, session, "printf", "a" + "€" * 20, outputByteLimit=10)
+    result(alice, "terminal/wait_for_exit", sessionId=session, terminalId=terminal)
+    output = result(alice, "terminal/output", sessionId=session, terminalId=terminal)
+    # 10 bytes end inside a 3-byte "€": the partial one is dropped, not replaced.
+    assert output["output"] == "€€€"
+    assert len(output["output"].encode()) <= 10
+    assert output["truncated"] is True
+
+
+def test_timeout_recipe_kills_reads_and_releases(alice, session):
+    """Seed 003's timeout: a timer beats wait_for_exit, then kill, output, wait_for_exit and release all answer."""
+    terminal = create(alice, session, "sleep", "30")
+    params = {"sessionId": session, "terminalId": terminal}
+    waited, exited, expired = {}, threading.Event(), threading.Event()
+
+    def wait_for_exit():
+        waited["answer"] = rpc(alice, "terminal/wait_for_exit", params, request_id="wait")
+        exited.set()
+
+    waiter = threading.Thread(target=wait_for_exit, daemon=True)
+    waiter.start()
+    timer = threading.Timer(0.5, expired.set)
+    timer.start()
+    assert expired.wait(timeout=10) is True
+    assert exited.is_set() is False
+
+    assert result(alice, "terminal/kill", **params) is None
+    final = result(alice, "terminal/output", **params)
+    assert final["exitStatus"] == {"exitCode": None, "signal": "SIGKILL"}
+    assert exited.wait(timeout=15) is True
+    waiter.join(timeout=5)
+    assert waited["answer"]["result"] == {"exitCode": None, "signal": "SIGKILL"}
+    assert result(alice, "terminal/wait_for_exit", **params) == {"exitCode": None, "signal": "SIGKILL"}
+
+    assert result(alice, "terminal/release", **params) is None
+    for method in ("terminal/output", "terminal/kill", "terminal/wait_for_exit", "terminal/release"):
+        assert server_error_code(error(alice, method, **params)) == "TERMINAL_INACTIVE", method
+
+
+def test_release_ends_a_running_command(alice, session):
+    """release ends a command still running; the terminal is listed as ended, no longer active."""
+    terminal = create(alice, session, "sleep", "30")
+    assert result(alice, "terminal/release", sessionId=session, terminalId=terminal) is None
+    listed = alice.get("/api/terminals", params={"status": "all", "sessionId": session}).json()["data"]["terminals"]
+    assert [(item["terminalId"], item["status"]) for item in listed] == [(terminal, "killed")]
+    assert listed[0]["released"] is not None
+
+
+@pytest.fixture(scope="module")
+def short_wait(django_db_setup, keys):
+    """An embedded server of its own whose longest wait is SHORT_WAIT_MS."""
+    server = start_embedded(TERMINALS_MAX_WAIT_MS=str(SHORT_WAIT_MS))
+    api = Api(server.url, keys["alice"])
+    yield api
+    api.cleanup()
+    server.stop()
+
+
+def test_wait_for_exit_past_the_server_maximum_answers_timeout(short_wait, session):
+    """wait_for_exit gives up after MAX_WAIT_MS with -32000 TIMEOUT; the command keeps running."""
+    terminal = create(short_wait, session, "sleep", "30")
+    answer = error(short_wait, "terminal/wait_for_exit", sessionId=session, terminalId=terminal)
+    assert server_error_code(answer) == "TIMEOUT"
+    assert answer["data"]["details"] == {"timeoutMs": SHORT_WAIT_MS}
+    assert "exitStatus" not in result(short_wait, "terminal/output", sessionId=session, terminalId=terminal)
+
+
+# Batches and notifications
+
+
+def test_batch_answers_each_call_on_its_own(alice, session):
+    """In a batch, failures answer alone, notifications get nothing, and the successes still run."""
+    batch = [
+        {"jsonrpc": "2.0", "id": 1, "method": "terminal/create", "params": {"sessionId": session, "command": "true"}},
+        {"jsonrpc": "2.0", "id": 2, "method": "terminal/output",
+         "params": {"sessionId": session, "terminalId": str(uuid.uuid4())}},
+        {"jsonrpc": "2.0", "id": 3, "method": "terminal/launch", "params": {}},
+        {"jsonrpc": "2.0", "method": "terminal/kill", "params": {"sessionId": session, "terminalId": "nothing"}},
+        {"jsonrpc": "2.0", "id": 4, "method": "terminal/create", "params": {"sessionId": session}},
+        7,
+    ]
+    response = alice.post(ROUTE, json=batch)
+    assert response.status_code == 200
+    answers = response.json()
+    assert [answer["id"] for answer in answers] == [1, 2, 3, 4, None]
+    created, unknown, missing, invalid, not_a_request = answers
+    alice.created.append(created["result"]["terminalId"])
+    assert server_error_code(unknown["error"]) == "TERMINAL_NOT_FOUND"
+    assert missing["error"]["code"] == -32601
+    assert invalid["error"]["code"] == -32602
+    assert invalid["error"]["data"]["field"] == "command"
+    assert not_a_request["error"]["code"] == -32600
+
+
+def test_batch_of_notifications_gets_no_content(alice, session):
+    """Notifications are carried out but never answered: a batch of them gets HTTP 204."""
+    terminal = create(alice, session, "sleep", "30")
+    params = {"sessionId": session, "terminalId": terminal}
+    response = alice.post(ROUTE, json=[
+        {"jsonrpc": "2.0", "method": "terminal/kill", "params": params},
+        {"jsonrpc": "2.0", "method": "terminal/nothing"},
+    ])
+    assert response.status_code == 204
+    assert response.content == b""
+    assert result(alice, "terminal/output", **params)["exitStatus"]["signal"] == "SIGKILL"
+
+
+def test_single_notification_gets_no_content(alice):
+    """A notification is never answered, not even when it fails."""
+    response = alice.post(ROUTE, json={"jsonrpc": "2.0", "method": "terminal/create", "params": {"sessionId": "s"}})
+    assert response.status_code == 204
+    assert response.content == b""
+
+
+@pytest.mark.parametrize("size", [0, 101])
+def test_empty_or_oversized_batch_is_an_invalid_request(alice, size):
+    """An empty batch, or one of more than 100 calls, is one Invalid Request and runs nothing."""
+    response = alice.post(ROUTE, json=[{"jsonrpc": "2.0", "id": number, "method": "terminal/nothing"}
+                                       for number in range(size)])
+    assert response.status_code == 200
+    answer = response.json()
+    assert answer["id"] is None
+    assert answer["error"]["code"] == -32600
+
+
+# Refusals
+
+
+def test_unknown_method_is_method_not_found(alice):
+    """A method outside terminal/* answers -32601 naming it."""
+    answer = error(alice, "terminal/launch", sessionId="s")
+    assert answer == {"code": -32601, "message": "Method not found", "data": {"method": "terminal/launch"}}
+
+
+CREATE = {"sessionId": "sess_params", "command": "true"}
+TERMINAL = {"sessionId": "sess_params", "terminalId": str(uuid.uuid4())}
+
+
+@pytest.mark.parametrize(
+    "method, params, field",
+    [
+        ("terminal/create", {"sessionId": "sess_params"}, "command"),
+        ("terminal/create", {**CREATE, "command": ""}, "command"),
+        ("terminal/create", {**CREATE, "command": ["true"]}, "command"),
+        ("terminal/create", {"command": "true"}, "sessionId"),
+        ("terminal/create", {**CREATE, "sessionId": "s" * 201}, "sessionId"),
+        ("terminal/create", {**CREATE, "sessionId": "sess\x00"}, "sessionId"),
+        ("terminal/create", {**CREATE, "args": "-c"}, "args"),
+        ("terminal/create", {**CREATE, "args": ["-c", 1]}, "args"),
+        ("terminal/create", {**CREATE, "env": {"A": "1"}}, "env"),
+        ("terminal/create", {**CREATE, "env": [{"name": "A"}]}, "env"),
+        ("terminal/create", {**CREATE, "env": [{"name": "A", "value": 1}]}, "env"),
+        ("terminal/create", {**CREATE, "env": [{"name": "A", "value": "1", "extra": "x"}]}, "env"),
+        ("terminal/create", {**CREATE, "cwd": "relative/dir"}, "cwd"),
+        ("terminal/create", {**CREATE, "outputByteLimit": 0}, "outputByteLimit"),
+        ("terminal/create", {**CREATE, "outputByteLimit": "10"}, "outputByteLimit"),
+        ("terminal/create", {**CREATE, "outputByteLimit": True}, "outputByteLimit"),
+        ("terminal/output", {"sessionId": "sess_params"}, "terminalId"),
+        ("terminal/output", {**TERMINAL, "terminalId": 5}, "terminalId"),
+        ("terminal/release", {"terminalId": TERMINAL["terminalId"]}, "sessionId"),
+        ("terminal/kill", ["sess_params", TERMINAL["terminalId"]], "params"),
+    ],
+)
+def test_invalid_params_name_the_field(alice, method, params, field):
+    """Malformed params answer -32602 with data.field naming the parameter and a message."""
+    answer = rpc(alice, method, params)["error"]
+    assert answer["code"] == -32602
+    assert answer["message"] == "Invalid params"
+    assert answer["data"]["field"] == field
+    assert answer["data"]["message"]
+
+
+def test_service_refusal_is_a_server_error_with_the_rest_code(alice, session):
+    """A cwd that does not exist is the service's INVALID_INPUT, answered as -32000 with its details."""
+    answer = error(alice, "terminal/create", sessionId=session, command="true", cwd="/no/such/directory")
+    assert server_error_code(answer) == "INVALID_INPUT"
+    assert answer["data"]["message"]
+    assert isinstance(answer["data"]["details"], dict)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b'{"jsonrpc": "2.0", "id": 1,', b"", b'{"jsonrpc": "2.0", "id": NaN}', b"\xff\xfe",
+     b"[" * 100_000 + b"]" * 100_000],
+    ids=["cut", "empty", "nan", "not-utf8", "too-deep"],
+)
+def test_malformed_json_is_a_parse_error(alice, body):
+    """A body that is not JSON answers -32700 with id null and HTTP 200, never a 500."""
+    response = alice.post(ROUTE, data=body, headers={"Content-Type": "application/json"})
+    assert response.status_code == 200
+    answer = response.json()
+    assert answer["id"] is None
+    assert answer["error"]["code"] == -32700
+
+
+def test_body_over_the_upload_limit_is_an_invalid_request(alice):
+    """A body over Django's upload limit answers -32600 rather than a 500."""
+    padded = {"jsonrpc": "2.0", "id": 1, "method": "terminal/output", "padding": "x" * 3_000_000}
+    response = alice.post(ROUTE, json=padded)
+    assert response.status_code == 200
+    answer = response.json()
+    assert answer["error"]["code"] == -32600
+    assert "larger than" in answer["error"]["data"]["message"]
+
+
+@pytest.mark.parametrize(
+    "payload, answered_id",
+    [
+        ({"id": 1, "method": "terminal/output", "params": {}}, 1),
+        ({"jsonrpc": "1.0", "id": 1, "method": "terminal/output", "params": {}}, 1),
+        ({"jsonrpc": "2.0", "id": 1, "method": 5}, 1),
+        ({"jsonrpc": "2.0", "id": 1, "method": "terminal/output", "params": "sess"}, 1),
+        ({"jsonrpc": "2.0", "id": {"nested": 1}, "method": "terminal/output"}, None),
+        ({"jsonrpc": "2.0", "method": 5}, None),
+        (42, None),
+        ("terminal/output", None),
+    ],
+)
+def test_malformed_request_is_an_invalid_request(alice, payload, answered_id):
+    """A request that is not a JSON-RPC 2.0 request object answers -32600, even without an id."""
+    response = alice.post(ROUTE, json=payload)
+    assert response.status_code == 200
+    answer = response.json()
+    assert answer["error"]["code"] == -32600
+    assert answer["id"] == answered_id
+
+
+def test_unauthenticated_call_gets_the_rest_401_envelope(anonymous):
+    """Without an API key the endpoint answers the REST API's 401 envelope, not JSON-RPC."""
+    response = anonymous.post(ROUTE, json={"jsonrpc": "2.0", "id": 1, "method": "terminal/output", "params": {}})
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "UNAUTHORIZED"
+
+
+# Isolation
+
+
+def test_other_users_terminal_answers_like_an_unknown_one(alice, bob, session):
+    """bob gets TERMINAL_NOT_FOUND for every method on alice's terminal, and it keeps running."""
+    terminal, nobody = create(alice, session, "sleep", "30"), str(uuid.uuid4())
+    unknown = error(bob, "terminal/output", sessionId=session, terminalId=nobody)["data"]
+    for method in ("terminal/output", "terminal/wait_for_exit", "terminal/kill", "terminal/release"):
+        answer = error(bob, method, sessionId=session, terminalId=terminal)
+        assert server_error_code(answer) == "TERMINAL_NOT_FOUND", method
+        assert answer["data"] == {**unknown, "message": unknown["message"].replace(nobody, terminal)}
+    assert "exitStatus" not in result(alice, "terminal/output", sessionId=session, terminalId=terminal)
+
+
+def test_other_session_id_answers_like_an_unknown_terminal(alice, session):
+    """A terminal answers only to the sessionId it was created with."""
+    terminal = create(alice, session, "sleep", "30")
+    for method in ("terminal/output", "terminal/wait_for_exit", "terminal/kill", "terminal/release"):
+        answer = error(alice, method, sessionId=new_session(), terminalId=terminal)
+        assert server_error_code(answer) == "TERMINAL_NOT_FOUND", method
+    assert "exitStatus" not in result(alice, "terminal/output", sessionId=session, terminalId=terminal)
+
+
+def test_terminals_list_filters_by_session_id(alice, session):
+    """GET /api/terminals?sessionId= lists exactly the terminals created in that session."""
+    mine = {create(alice, session, "sleep", "30") for _ in range(2)}
+    other = new_session()
+    create(alice, other, "sleep", "30")
+    listed = alice.get("/api/terminals", params={"sessionId": session}).json()["data"]
+    assert {item["terminalId"] for item in listed["terminals"]} == mine
+    assert {item["sessionId"] for item in listed["terminals"]} == {session}
+    assert listed["count"] == 2
+    assert alice.get("/api/terminals", params={"sessionId": new_session()}).json()["data"]["count"] == 0
+    assert alice.get("/api/terminals", params={"sessionId": "s" * 201}).status_code == 400
+
+
+# Audit
+
+
+def test_every_call_leaves_an_acp_audit_row(alice, orm, session):
+    """Each call, refused ones included, is recorded as action "acp" with its method, id and outcome."""
+    marker = uuid.uuid4().hex
+    terminal = result(alice, "terminal/create", sessionId=session, command="true")["terminalId"]
+    alice.created.append(terminal)
+    rpc(alice, "terminal/output", {"sessionId": session, "terminalId": terminal}, request_id=f"{marker}-ok")
+    rpc(alice, "terminal/output", {"sessionId": session, "terminalId": str(uuid.uuid4())}, request_id=f"{marker}-gone")
+    rpc(alice, "terminal/launch", {}, request_id=f"{marker}-missing")
+    rows = {row.details["id"]: row for row in AuditEvent.objects.filter(action="acp", details__id__startswith=marker)}
+    assert {key: (row.details["method"], row.outcome) for key, row in rows.items()} == {
+        f"{marker}-ok": ("terminal/output", "ok"),
+        f"{marker}-gone": ("terminal/output", "TERMINAL_NOT_FOUND"),
+        f"{marker}-missing": ("terminal/launch", "METHOD_NOT_FOUND"),
+    }
+    assert str(rows[f"{marker}-ok"].terminal_id) == terminal
+    assert rows[f"{marker}-ok"].username.startswith("alice")
+    created = AuditEvent.objects.filter(action="acp", terminal_id=terminal, details__method="terminal/create")
+    assert [row.outcome for row in created] == ["ok"]
