@@ -91,12 +91,7 @@ def command_data(session: PtySession, record: Command, read: dict, result: WaitR
         text = ZSH_PROMPT_SP.sub("", text)
     output, total, shown, omitted = read_text(text, read)
     return {
-        "commandId": record.id,
-        "command": record.command,
-        "source": record.source,
-        "status": record.status,
-        "exitCode": record.exit_code,
-        "signal": record.signal,
+        **command_summary(record),
         "timedOut": bool(result is not None and not result.finished and not result.waiting_for_input),
         "waitingForInput": bool(result is not None and result.waiting_for_input),
         "output": output,
@@ -104,9 +99,6 @@ def command_data(session: PtySession, record: Command, read: dict, result: WaitR
         "totalLines": total,
         "linesShown": shown,
         "linesOmitted": omitted,
-        "startedAt": iso_from_timestamp(record.started_at),
-        "finishedAt": iso_from_timestamp(record.finished_at),
-        "durationMs": None if record.duration is None else round(record.duration * 1000, 3),
     }
 
 
