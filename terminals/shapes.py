@@ -6,7 +6,7 @@ import math
 import re
 from datetime import datetime, timezone
 
-from .runtime.ansi import strip_ansi
+from .runtime.ansi import complete_escapes_end, strip_ansi
 from .runtime.buffer import LineRead, OutputBuffer, decode, estimate_tokens, shape_lines
 from .runtime.commands import Command
 from .runtime.pty import ExitStatus, PtySession
@@ -119,8 +119,10 @@ def command_summary(record: Command) -> dict:
 
 def bytes_data(session: PtySession, buffer: OutputBuffer, from_byte: int, max_bytes: int, strip: bool) -> dict:
     """A slice of output by byte offset (seed 001's stream_logs_from_tab)."""
-    complete = not session.is_alive
+    complete = session.finished
     data, start, truncated = buffer.read_bytes(from_byte, max_bytes, complete=complete)
+    if strip:
+        data = _without_cut_escape(buffer, data, start, max_bytes, complete)
     chunk = decode(data)
     next_byte = start + len(data)
     return {
@@ -134,6 +136,17 @@ def bytes_data(session: PtySession, buffer: OutputBuffer, from_byte: int, max_by
         "isActive": session.is_alive,
         "exitStatus": exit_status_data(session.exit_status),
     }
+
+
+def _without_cut_escape(buffer: OutputBuffer, data: bytes, start: int, max_bytes: int, complete: bool) -> bytes:
+    """A slice to strip must not end inside an escape sequence, or its two halves would pass the stripping:
+    it ends before the sequence, or, when the slice is nothing but its start, takes the whole sequence."""
+    cut = complete_escapes_end(data)
+    if cut > 0 or not data:
+        return data[:cut]
+    longer, _, _ = buffer.read_bytes(start, max_bytes + 256, complete=complete)
+    whole = complete_escapes_end(longer)
+    return longer[:whole] if whole > 0 else longer
 
 
 def info_data(session: PtySession) -> dict:

@@ -265,11 +265,11 @@ class TerminalWorker:
     async def handle_input(self, message: dict) -> dict:
         data = message["data"].encode("utf-8", errors="surrogateescape")
         session = self.manager.get(message["id"])
+        if message.get("close") and not hasattr(session, "close_input"):
+            raise InvalidRequest("eof: only a terminal without a PTY has an input to close; send Ctrl-D (\\x04) instead")
         if data:
             session.write(data)
         if message.get("close"):
-            if not hasattr(session, "close_input"):
-                raise InvalidRequest("only a terminal without a PTY has an input to close; send Ctrl-D (\\x04) instead")
             session.close_input()
         return {"bytesWritten": len(data), "pendingBytes": session.pending_input}
 

@@ -14,7 +14,7 @@ import pytest
 from terminals.runtime import processes
 from terminals.runtime.buffer import OutputBuffer
 from terminals.runtime.errors import SessionInactive, SpawnFailed, WriteFailed
-from terminals.runtime.pipes import NoTerminal, PipeSession
+from terminals.runtime.pipes import InputClosed, NoTerminal, PipeSession
 from terminals.runtime.pty import ExitStatus, SpawnSpec
 
 ENV = {"PATH": os.environ["PATH"], "HOME": "/tmp", "LC_ALL": "C"}
@@ -282,18 +282,18 @@ def test_close_input_waits_for_queued_input_to_be_written():
     run(scenario)
 
 
-def test_write_after_close_input_raises_write_failed():
-    """Once input is closed, write() raises WriteFailed, and closing again is harmless."""
+def test_write_after_close_input_raises_input_closed():
+    """Once input is closed, write() raises InputClosed (the client's mistake), and closing again is harmless."""
 
     async def scenario():
         session = spawn(["sleep", "600"])
         try:
             session.close_input()
             session.close_input()
-            with pytest.raises(WriteFailed) as raised:
+            with pytest.raises(InputClosed) as raised:
                 session.write(b"too late\n")
-            assert raised.value.code == "WRITE_FAILED"
-            assert raised.value.message == "input was closed"
+            assert raised.value.code == "INVALID_INPUT"
+            assert raised.value.message.startswith("input was closed")
             assert session.is_alive is True
         finally:
             await cleanup(session)

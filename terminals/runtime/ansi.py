@@ -91,3 +91,13 @@ def _apply_line_edit(cells: list[str], column: int, sequence: str) -> int:
         else:
             cells[: column + 1] = " " * (column + 1)
     return column
+
+
+_UNFINISHED_ESCAPE = re.compile(rb"\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*|[P^_X][^\x1b]*|[ -/]*)?$")
+
+
+def complete_escapes_end(data: bytes) -> int:
+    """Where data ends once an escape sequence cut off at its end is left out (len(data) when none is)."""
+    tail_start = max(0, len(data) - 256)
+    match = _UNFINISHED_ESCAPE.search(data, tail_start)
+    return match.start() if match else len(data)

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 
 MODES = ("full", "head", "tail", "head-tail")
 NEWLINE = 0x0A
-TIME_STEP = 0.05  # seconds between two entries of the time index
 
 
 @dataclass(frozen=True)
@@ -145,19 +144,21 @@ class OutputBuffer:
         self._newlines = 0  # newlines ever appended = finished lines ever
         self._index = array("q")  # absolute offsets of the newlines in [self._start, self._indexed_end)
         self._indexed_end = 0
-        self._times: deque[tuple[float, int]] = deque()  # (when, first byte then), at most one per TIME_STEP
+        self._times: deque[tuple[float, int]] = deque()  # (when, first byte then), one per arrival of output
 
     def mark_time(self, when: float) -> None:
-        """Notes that output arriving from now on is this recent (for reads since a time)."""
-        if not self._times or when - self._times[-1][0] >= TIME_STEP:
-            self._times.append((when, self.end))
-            while self._times and self._times[0][1] < self._start and len(self._times) > 1:
-                self._times.popleft()
+        """Notes when the output about to be appended arrived (for reads since a time)."""
+        if self._times and self._times[-1][1] == self.end:
+            return  # nothing arrived since the last mark
+        self._times.append((when, self.end))
+        while len(self._times) > 1 and self._times[1][1] <= self._start:
+            self._times.popleft()
 
     def line_since_time(self, when: float) -> int:
-        """The number of the first held line with output at or after when (approximate to TIME_STEP)."""
+        """The number of the first held line with output that arrived at or after when."""
         self._apply_line_limit()
-        offset = next((start for moment, start in self._times if moment >= when), self.end)
+        position = bisect_left(self._times, when, key=lambda mark: mark[0])
+        offset = self._times[position][1] if position < len(self._times) else self.end
         offset = max(offset, self._start)
         return self._first_line + self._data.count(b"\n", 0, offset - self._start)
 

@@ -19,6 +19,12 @@ READS_PER_WAKEUP = 16  # a pipe read returns up to 64 KiB; batching saves loop i
 INPUT_CLOSED = "input was closed"
 
 
+class InputClosed(TerminalError):
+    """The client already ended the program's input; sending more is the client's mistake."""
+
+    code = "INVALID_INPUT"
+
+
 class NoTerminal(TerminalError):
     """The program runs without a PTY, so it has no window size or screen."""
 
@@ -115,6 +121,11 @@ class PipeSession:
     def is_alive(self) -> bool:
         return self.exit_status is None
 
+    @property
+    def finished(self) -> bool:
+        """The process has ended and its last output has been read."""
+        return self._exited.is_set()
+
     # Output
 
     def _on_readable(self, name: str) -> None:
@@ -193,6 +204,8 @@ class PipeSession:
 
     async def wait_for_exit(self, timeout: float | None = None) -> ExitStatus | None:
         """Returns the exit status once the program has ended and its output is read, or None on timeout."""
+        if self._exited.is_set():
+            return self.exit_status  # at once, even with a zero timeout
         try:
             await asyncio.wait_for(self._exited.wait(), timeout)
         except TimeoutError:
@@ -205,6 +218,8 @@ class PipeSession:
         """Queues data for the program's stdin; raises SessionInactive or WriteFailed, never blocks."""
         if not self.is_alive:
             raise SessionInactive("the terminal's process has ended")
+        if self._input_end == INPUT_CLOSED:
+            raise InputClosed("input was closed (eof): the program takes no more input")
         if self._input_end is not None:
             raise WriteFailed(self._input_end)
         queue = self._input

@@ -144,6 +144,11 @@ class PtySession:
     def is_alive(self) -> bool:
         return self.exit_status is None
 
+    @property
+    def finished(self) -> bool:
+        """The process has ended and its last output has been read."""
+        return self._exited.is_set()
+
     # Output
 
     def _on_readable(self) -> None:
@@ -252,6 +257,8 @@ class PtySession:
 
     async def wait_for_exit(self, timeout: float | None = None) -> ExitStatus | None:
         """Returns the exit status once the process has ended and its output is read, or None on timeout."""
+        if self._exited.is_set():
+            return self.exit_status  # at once, even with a zero timeout
         try:
             await asyncio.wait_for(self._exited.wait(), timeout)
         except TimeoutError:
