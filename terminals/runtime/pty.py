@@ -12,14 +12,13 @@ import signal
 import struct
 import subprocess
 import termios
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from . import processes
-from .buffer import OutputBuffer
-from .errors import KillFailed, SessionInactive, SpawnFailed, WriteFailed
+from .child import EXIT_DRAIN_SECONDS, MARKER_VARIABLE, MEMBER_POLL_SECONDS, ChildProcess, ExitStatus, SpawnSpec
+from .errors import SessionInactive, SpawnFailed
 from .screen import ScreenMirror
+
+__all__ = ["EXIT_DRAIN_SECONDS", "MARKER_VARIABLE", "MEMBER_POLL_SECONDS", "ExitStatus", "PtySession", "SpawnSpec"]
 
 # util-linux setsid(1) makes the child a session leader and takes the PTY as its
 # controlling terminal (TIOCSCTTY), so Ctrl-C and job control work. Spawning
@@ -28,83 +27,25 @@ from .screen import ScreenMirror
 SETSID = shutil.which("setsid") or "/usr/bin/setsid"
 
 READS_PER_WAKEUP = 16  # a PTY read returns about 4 KiB; batching saves loop iterations
-EXIT_DRAIN_SECONDS = 0.25  # how long output may trail the process's exit before exit is reported
-MEMBER_POLL_SECONDS = 0.02
-MARKER_VARIABLE = "TERMINALS_TERMINAL_ID"  # set in every terminal's environment; marks what it started
 # At most this much output is replayed to rebuild the screen (pyte takes about 0.1 s for it).
 SCREEN_REPLAY_BYTES = 64 * 1024
 QUERIES = re.compile(rb"\x1b\[(?:[56]n|0?c)")  # cursor position, device status, device attributes
 
 
-@dataclass(frozen=True)
-class SpawnSpec:
-    """What to run: argv[0] is looked up on the PATH of env."""
+class PtySession(ChildProcess):
+    """A process on a PTY: its output buffer, its screen, its foreground.
 
-    argv: list[str]
-    cwd: str
-    env: dict[str, str]
-    cols: int = 80
-    rows: int = 24
-
-
-@dataclass(frozen=True)
-class ExitStatus:
-    exit_code: int | None
-    signal: str | None
-
-    @classmethod
-    def from_returncode(cls, returncode: int) -> ExitStatus:
-        if returncode < 0:
-            return cls(exit_code=None, signal=processes.signal_name(-returncode))
-        return cls(exit_code=returncode, signal=None)
-
-
-@dataclass
-class _InputQueue:
-    data: bytearray = field(default_factory=bytearray)
-    limit: int = 1 << 20
-
-
-class PtySession:
-    """A process on a PTY, its output buffer and its input queue.
-
-    Reads happen on the event loop when the PTY is readable; writes never
-    block: what the terminal cannot take yet waits in a bounded queue.
+    Reads happen on the event loop when the PTY is readable.
     """
 
-    def __init__(
-        self,
-        spec: SpawnSpec,
-        *,
-        buffer: OutputBuffer,
-        max_pending_input: int = 1 << 20,
-        clock: Callable[[], float] = time.time,
-        on_exit: Callable[[PtySession], None] | None = None,
-    ) -> None:
-        self.spec = spec
-        self.buffer = buffer
-        self._clock = clock
-        self._on_exit = on_exit
-        self._input = _InputQueue(limit=max_pending_input)
-        self._process: subprocess.Popen[bytes] | None = None
+    def __init__(self, spec: SpawnSpec, **kwargs) -> None:
+        super().__init__(spec, **kwargs)
         self._fd = -1
-        self._pidfd = -1
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._eof = False
-        self._exit_reported = False
-        self._exited = asyncio.Event()
-        self._output_seen: asyncio.Event | None = None
-        self.exit_status: ExitStatus | None = None
         self.cols, self.rows = spec.cols, spec.rows
-        marker = spec.env.get(MARKER_VARIABLE)
-        self._marker = f"{MARKER_VARIABLE}={marker}".encode() if marker else None
         self._screen: ScreenMirror | None = None
         self._screen_fed = 0  # absolute byte up to which the screen mirror has seen the output
         self._query_tail = b""
-        self.terminating = False  # ended on request, so its exit is the requester's to record
-        self.on_output: Callable[[], None] | None = None  # told of new output while clients watch
-        self.started_at = clock()
-        self.last_activity = self.started_at
 
     # Starting
 
@@ -131,23 +72,8 @@ class PtySession:
             os.close(slave)
         self._fd = master
         os.set_blocking(master, False)
-        self._pidfd = os.pidfd_open(self._process.pid)
         self._loop.add_reader(self._fd, self._on_readable)
-        self._loop.add_reader(self._pidfd, self._on_process_exit)
-
-    @property
-    def pid(self) -> int:
-        assert self._process is not None
-        return self._process.pid
-
-    @property
-    def is_alive(self) -> bool:
-        return self.exit_status is None
-
-    @property
-    def finished(self) -> bool:
-        """The process has ended and its last output has been read."""
-        return self._exited.is_set()
+        self._watch_exit()
 
     # Output
 
@@ -171,12 +97,9 @@ class PtySession:
             self.last_activity = self._clock()
             self.buffer.mark_time(self.last_activity)
             self._ingest(b"".join(chunks) if len(chunks) > 1 else chunks[0])
-            if self.on_output is not None:
-                self.on_output()
+            self._output_arrived()
         if at_eof:
             self._on_eof()  # after storing what came with it, so an exit report sees all output
-            if self._output_seen is not None:
-                self._output_seen.set()
 
     def _ingest(self, data: bytes) -> None:
         """Takes output in; subclasses look into it first."""
@@ -214,100 +137,18 @@ class PtySession:
         if self.exit_status is not None:
             self._report_exit()
 
+    def _output_done(self) -> bool:
+        return self._eof
+
     def _stop_reading(self) -> None:
         if self._fd >= 0 and self._loop is not None:
             self._loop.remove_reader(self._fd)
             self._loop.remove_writer(self._fd)
 
-    async def wait_for_output(self, timeout: float) -> bool:
-        """Waits until new output arrives; returns whether it did."""
-        self._output_seen = self._output_seen or asyncio.Event()
-        self._output_seen.clear()
-        try:
-            await asyncio.wait_for(self._output_seen.wait(), timeout)
-        except TimeoutError:
-            return False
-        return True
-
-    # Exit
-
-    def _on_process_exit(self) -> None:
-        assert self._loop is not None and self._process is not None
-        returncode = self._process.poll()
-        if returncode is None:
-            return
-        self._loop.remove_reader(self._pidfd)
-        os.close(self._pidfd)
-        self._pidfd = -1
-        self.exit_status = ExitStatus.from_returncode(returncode)
-        self.last_activity = self._clock()
-        if self._eof:
-            self._report_exit()
-        else:
-            # Output written just before the exit may still be on its way through the PTY.
-            self._loop.call_later(EXIT_DRAIN_SECONDS, self._report_exit)
-
-    def _report_exit(self) -> None:
-        if self._exit_reported:
-            return
-        self._exit_reported = True
-        self._exited.set()
-        if self._on_exit is not None:
-            self._on_exit(self)
-
-    async def wait_for_exit(self, timeout: float | None = None) -> ExitStatus | None:
-        """Returns the exit status once the process has ended and its output is read, or None on timeout."""
-        if self._exited.is_set():
-            return self.exit_status  # at once, even with a zero timeout
-        try:
-            await asyncio.wait_for(self._exited.wait(), timeout)
-        except TimeoutError:
-            return None
-        return self.exit_status
-
     # Input
 
-    def write(self, data: bytes) -> None:
-        """Queues data for the terminal; raises SessionInactive or WriteFailed, never blocks."""
-        if not self.is_alive:
-            raise SessionInactive("the terminal's process has ended")
-        queue = self._input
-        if len(queue.data) + len(data) > queue.limit:
-            raise WriteFailed(
-                "the terminal is not reading its input; the input queue is full",
-                pending_bytes=len(queue.data),
-                limit_bytes=queue.limit,
-            )
-        queue.data += data
-        self.last_activity = self._clock()
-        self._flush_input()
-
-    def _flush_input(self) -> None:
-        assert self._loop is not None
-        queue = self._input.data
-        try:
-            written = os.write(self._fd, queue) if queue else 0
-        except BlockingIOError:
-            written = 0
-        except OSError as error:
-            queue.clear()
-            self._loop.remove_writer(self._fd)
-            raise WriteFailed(f"writing to the terminal failed: {error.strerror}") from error
-        del queue[:written]
-        if queue:
-            self._loop.add_writer(self._fd, self._flush_queued_input)
-        else:
-            self._loop.remove_writer(self._fd)
-
-    def _flush_queued_input(self) -> None:
-        try:
-            self._flush_input()
-        except WriteFailed:
-            pass  # the process is gone; its exit is reported on its own
-
-    @property
-    def pending_input(self) -> int:
-        return len(self._input.data)
+    def _input_fd(self) -> int | None:
+        return self._fd if self._fd >= 0 else None
 
     # The foreground
 
@@ -343,15 +184,9 @@ class PtySession:
     def signal_foreground(self, signum: int) -> int:
         """Sends signum to the foreground process group, as a key like Ctrl-C does; returns the group."""
         group = self.foreground_group()
-        if group is None or not self.is_alive:
+        if group is None:
             raise SessionInactive("the terminal's process has ended")
-        try:
-            os.killpg(group, signum)
-        except ProcessLookupError:
-            pass  # the group ended meanwhile
-        except PermissionError as error:
-            raise KillFailed(f"cannot signal the foreground processes: {error}") from error
-        return group
+        return self._signal_group(group, signum)
 
     def resize(self, cols: int, rows: int) -> None:
         if not self.is_alive:
@@ -364,47 +199,19 @@ class PtySession:
 
     # Stopping
 
-    async def terminate(self, signum: int = signal.SIGTERM, grace: float = 3.0) -> ExitStatus | None:
-        """Ends every process of the terminal's session; returns the exit status of its first process.
-
-        signum goes to each process of the session; a first process that
-        ignores it (interactive shells ignore SIGTERM) is hung up instead, as
-        closing a terminal window does. Whatever survives grace seconds is
-        killed with SIGKILL.
-        """
-        self.terminating = True
-        members = self.members()
-        try:
-            processes.signal_processes(members, signum)
-            if self.is_alive and processes.ignores_signal(self.pid, signum):
-                processes.signal_processes([self.pid], signal.SIGHUP)
-        except PermissionError as error:
-            raise KillFailed(f"cannot signal the terminal's processes: {error}") from error
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and (self.is_alive or self.members()):
-            await asyncio.sleep(MEMBER_POLL_SECONDS)
-        survivors = self.members()
-        if survivors or self.is_alive:
-            processes.signal_processes(survivors + [self.pid], signal.SIGKILL)
-        return await self.wait_for_exit(timeout=5.0)
-
-    def members(self) -> list[int]:
-        """The live processes this terminal started, wherever they went."""
-        return processes.terminal_members(self.pid, self._marker)
+    def _after_signal(self, signum: int) -> None:
+        # Interactive shells ignore SIGTERM: waiting for it to work is pointless, so the
+        # terminal is hung up instead, as closing a terminal window does.
+        if self.is_alive and processes.ignores_signal(self.pid, signum):
+            processes.signal_processes([self.pid], signal.SIGHUP)
 
     def close(self) -> None:
         """Frees the PTY; call once the process has ended."""
         self._stop_reading()
-        if self._pidfd >= 0 and self._loop is not None:
-            self._loop.remove_reader(self._pidfd)
-            os.close(self._pidfd)
-            self._pidfd = -1
+        self._reap()
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
-        if self._process is not None and self._process.poll() is None:
-            self._process.kill()
-            self._process.wait()
 
 
 def _set_window_size(fd: int, cols: int, rows: int) -> None:

@@ -1,0 +1,272 @@
+"""What a terminal on a PTY and a program on pipes share: the child process, its input queue, its exit and its end."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from . import processes
+from .buffer import OutputBuffer
+from .errors import KillFailed, SessionInactive, WriteFailed
+
+EXIT_DRAIN_SECONDS = 0.25  # how long output may trail the process's exit before exit is reported
+MEMBER_POLL_SECONDS = 0.02
+MARKER_VARIABLE = "TERMINALS_TERMINAL_ID"  # set in every terminal's environment; marks what it started
+
+
+@dataclass(frozen=True)
+class SpawnSpec:
+    """What to run: argv[0] is looked up on the PATH of env."""
+
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+    cols: int = 80
+    rows: int = 24
+
+
+@dataclass(frozen=True)
+class ExitStatus:
+    exit_code: int | None
+    signal: str | None
+
+    @classmethod
+    def from_returncode(cls, returncode: int) -> ExitStatus:
+        if returncode < 0:
+            return cls(exit_code=None, signal=processes.signal_name(-returncode))
+        return cls(exit_code=returncode, signal=None)
+
+
+@dataclass
+class InputQueue:
+    data: bytearray = field(default_factory=bytearray)
+    limit: int = 1 << 20
+
+
+class ChildProcess:
+    """A started program, watched on the event loop: exit through a pidfd, input through a bounded queue.
+
+    Subclasses say where output comes from and input goes to; writes never
+    block: what the program has not read yet waits in the queue.
+    """
+
+    def __init__(
+        self,
+        spec: SpawnSpec,
+        *,
+        buffer: OutputBuffer,
+        max_pending_input: int = 1 << 20,
+        clock: Callable[[], float] = time.time,
+        on_exit: Callable[[ChildProcess], None] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.buffer = buffer
+        self._clock = clock
+        self._on_exit = on_exit
+        self._input = InputQueue(limit=max_pending_input)
+        self._process: subprocess.Popen[bytes] | None = None
+        self._pidfd = -1
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._exit_reported = False
+        self._exited = asyncio.Event()
+        self._output_seen: asyncio.Event | None = None
+        self.exit_status: ExitStatus | None = None
+        self.terminating = False  # ended on request, so its exit is the requester's to record
+        self.on_output: Callable[[], None] | None = None  # told of new output while clients watch
+        self.started_at = clock()
+        self.last_activity = self.started_at
+        marker = spec.env.get(MARKER_VARIABLE)
+        self._marker = f"{MARKER_VARIABLE}={marker}".encode() if marker else None
+
+    @property
+    def pid(self) -> int:
+        assert self._process is not None
+        return self._process.pid
+
+    @property
+    def is_alive(self) -> bool:
+        return self.exit_status is None
+
+    @property
+    def finished(self) -> bool:
+        """The process has ended and its last output has been read."""
+        return self._exited.is_set()
+
+    # Output
+
+    def _output_arrived(self) -> None:
+        if self._output_seen is not None:
+            self._output_seen.set()
+        if self.on_output is not None:
+            self.on_output()
+
+    async def wait_for_output(self, timeout: float) -> bool:
+        """Waits until new output arrives; returns whether it did."""
+        self._output_seen = self._output_seen or asyncio.Event()
+        self._output_seen.clear()
+        try:
+            await asyncio.wait_for(self._output_seen.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    def _output_done(self) -> bool:
+        """Whether every output channel has reached its end (so nothing can still arrive)."""
+        raise NotImplementedError
+
+    # Exit
+
+    def _watch_exit(self) -> None:
+        assert self._loop is not None and self._process is not None
+        self._pidfd = os.pidfd_open(self._process.pid)
+        self._loop.add_reader(self._pidfd, self._on_process_exit)
+
+    def _on_process_exit(self) -> None:
+        assert self._loop is not None and self._process is not None
+        returncode = self._process.poll()
+        if returncode is None:
+            return
+        self._close_pidfd()
+        self.exit_status = ExitStatus.from_returncode(returncode)
+        self.last_activity = self._clock()
+        if self._output_done():
+            self._report_exit()
+        else:
+            # Output written just before the exit may still be on its way, and a
+            # background child may hold the output open for good.
+            self._loop.call_later(EXIT_DRAIN_SECONDS, self._report_exit)
+
+    def _report_exit(self) -> None:
+        if self._exit_reported:
+            return
+        self._exit_reported = True
+        self._exited.set()
+        if self._on_exit is not None:
+            self._on_exit(self)
+
+    async def wait_for_exit(self, timeout: float | None = None) -> ExitStatus | None:
+        """Returns the exit status once the process has ended and its output is read, or None on timeout."""
+        if self._exited.is_set():
+            return self.exit_status  # at once, even with a zero timeout
+        try:
+            await asyncio.wait_for(self._exited.wait(), timeout)
+        except TimeoutError:
+            return None
+        return self.exit_status
+
+    def _close_pidfd(self) -> None:
+        if self._pidfd >= 0 and self._loop is not None:
+            self._loop.remove_reader(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = -1
+
+    # Input
+
+    def write(self, data: bytes) -> None:
+        """Queues data for the program; raises SessionInactive or WriteFailed, never blocks."""
+        if not self.is_alive:
+            raise SessionInactive("the terminal's process has ended")
+        self._check_input_open()
+        queue = self._input
+        if len(queue.data) + len(data) > queue.limit:
+            raise WriteFailed(
+                "the program is not reading its input; the input queue is full",
+                pending_bytes=len(queue.data),
+                limit_bytes=queue.limit,
+            )
+        queue.data += data
+        self.last_activity = self._clock()
+        self._flush_input()
+
+    def _check_input_open(self) -> None:
+        """Raises when the input is closed."""
+
+    def _input_fd(self) -> int | None:
+        raise NotImplementedError
+
+    def _flush_input(self) -> None:
+        assert self._loop is not None
+        queue, fd = self._input.data, self._input_fd()
+        if fd is None:
+            return
+        try:
+            written = os.write(fd, queue) if queue else 0
+        except BlockingIOError:
+            written = 0
+        except OSError as error:  # EIO or EPIPE: nothing reads the other end any more
+            queue.clear()
+            self._loop.remove_writer(fd)
+            self._input_failed(error)
+            raise WriteFailed(f"writing to the program failed: {error.strerror}") from error
+        del queue[:written]
+        if queue:
+            self._loop.add_writer(fd, self._flush_queued_input)
+        else:
+            self._loop.remove_writer(fd)
+            self._input_drained()
+
+    def _input_failed(self, error: OSError) -> None:
+        """The program stopped taking input."""
+
+    def _input_drained(self) -> None:
+        """Everything queued has been written."""
+
+    def _flush_queued_input(self) -> None:
+        try:
+            self._flush_input()
+        except WriteFailed:
+            pass  # the program stopped reading; its exit, or the next write(), reports it
+
+    @property
+    def pending_input(self) -> int:
+        return len(self._input.data)
+
+    def _signal_group(self, group: int, signum: int) -> int:
+        if not self.is_alive:
+            raise SessionInactive("the terminal's process has ended")
+        try:
+            os.killpg(group, signum)
+        except ProcessLookupError:
+            pass  # the group ended meanwhile
+        except PermissionError as error:
+            raise KillFailed(f"cannot signal the foreground processes: {error}") from error
+        return group
+
+    # Stopping
+
+    def members(self) -> list[int]:
+        """The live processes this terminal started, wherever they went (its session, and its marker)."""
+        return processes.terminal_members(self.pid, self._marker)
+
+    async def terminate(self, signum: int = signal.SIGTERM, grace: float = 3.0) -> ExitStatus | None:
+        """Ends every process the terminal started; returns the exit status of its first process.
+
+        signum goes to each of them; whatever survives grace seconds is killed with SIGKILL.
+        """
+        self.terminating = True
+        try:
+            processes.signal_processes(self.members(), signum)
+            self._after_signal(signum)
+        except PermissionError as error:
+            raise KillFailed(f"cannot signal the terminal's processes: {error}") from error
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and (self.is_alive or self.members()):
+            await asyncio.sleep(MEMBER_POLL_SECONDS)
+        survivors = self.members()
+        if survivors or self.is_alive:
+            processes.signal_processes(survivors + ([self.pid] if self.is_alive else []), signal.SIGKILL)
+        return await self.wait_for_exit(timeout=5.0)
+
+    def _after_signal(self, signum: int) -> None:
+        """What to do right after the first signal went out."""
+
+    def _reap(self) -> None:
+        self._close_pidfd()
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
