@@ -292,13 +292,8 @@ def terminal_create(actor: Actor, params: dict) -> dict:
 
 
 def terminal_output(actor: Actor, params: dict) -> dict:
-    read = {"mode": "full", "head_lines": 50, "tail_lines": 50,
-            "max_lines": settings.TERMINALS["MAX_OUTPUT_LINES"], "strip_ansi": False}
-    options = {"since": None, "since_time": None, "stream": "both", "read": read}
-    data = sessions.session_read(actor=actor, terminal_id=_terminal(actor, params), options=options)
-    limited = "acpOutput" in data
-    result = {"output": data["acpOutput" if limited else "output"],
-              "truncated": data["acpTruncated" if limited else "truncated"]}
+    data = sessions.session_newest_output(actor=actor, terminal_id=_terminal(actor, params))
+    result = {"output": data["output"], "truncated": data["truncated"]}
     if data.get("exitStatus") is not None:
         result["exitStatus"] = {"exitCode": data["exitStatus"]["exitCode"], "signal": data["exitStatus"]["signal"]}
     return result

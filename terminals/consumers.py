@@ -55,7 +55,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         if refusal is not None:
             await self.close(code=refusal)
             return
-        self.key_watch = asyncio.ensure_future(self._watch_key()) if self.api_key is not None else None
+        self.key_watch = asyncio.ensure_future(self._watch_credentials())
 
     async def _admit(self, query: dict) -> int | None:
         """Checks credentials, origin and the terminal; attaches. Returns a close code on refusal."""
@@ -104,12 +104,16 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         channel = await database_sync_to_async(sessions.hosting_channel)(record)
         self.worker_channel = channel
         return await worker_client.request(channel, protocol.ATTACH, id=str(record.id), subscriber=self.channel_name,
-                                           from_byte=from_byte)
+                                           from_byte=from_byte, interactive=not self.read_only)
 
-    async def _watch_key(self) -> None:
+    async def _watch_credentials(self) -> None:
+        """Closes the connection soon after its key is revoked or expires, or its user is disabled."""
         while True:
             await asyncio.sleep(KEY_CHECK_SECONDS)
-            usable = await database_sync_to_async(_still_usable)(self.api_key.pk)
+            if self.api_key is not None:
+                usable = await database_sync_to_async(_still_usable)(self.api_key.pk)
+            else:
+                usable = await database_sync_to_async(_user_active)(self.actor.user.pk)
             if not usable:
                 await self.close(code=CLOSE_UNAUTHORIZED)
                 return
@@ -181,7 +185,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             # Caught up: the worker resends what was dropped while paused, from its buffer.
             resume, self.paused_at = self.paused_at, None
             await worker_client.request(self.worker_channel, protocol.ATTACH, id=self.terminal_id,
-                                        subscriber=self.channel_name, from_byte=resume)
+                                        subscriber=self.channel_name, from_byte=resume, interactive=not self.read_only)
 
     # From the worker
 
@@ -236,6 +240,12 @@ def _usable_key(key: str):
 def _still_usable(key_id: int) -> bool:
     record = ApiKey.objects.select_related("user").filter(pk=key_id).first()
     return record is not None and record.is_usable() and record.user.is_active
+
+
+def _user_active(user_id: int) -> bool:
+    from django.contrib.auth import get_user_model
+
+    return get_user_model().objects.filter(pk=user_id, is_active=True).exists()
 
 
 def _uuid(value: str):

@@ -28,6 +28,7 @@ CREATE = "terminal.create"  # id, owner_id, api_key_id, name, shell, argv, cwd, 
 INPUT = "terminal.input"  # id, data (str, sent as UTF-8), close (end of input, pipes only)
 OUTPUT = "terminal.output"  # id, since, since_time (unix time), stream, read
 BYTES = "terminal.bytes"  # id, from_byte, max_bytes, strip_ansi, stream
+NEWEST = "terminal.newest"  # id, limit: the newest limit bytes as text (the Agent Client Protocol's output)
 STATS = "terminal.stats"  # id
 INFO = "terminal.info"  # id: busy, foreground process, running command, waiting for input
 SCREEN = "terminal.screen"  # id: the screen as an emulator renders it

@@ -171,7 +171,7 @@ def session_read(*, actor: Actor, terminal_id, options: dict) -> dict:
     if options.get("from_byte") is not None:
         data = _ask_worker(record, protocol.BYTES, **options)
     else:
-        data = _ask_worker(record, protocol.OUTPUT, output_byte_limit=record.output_byte_limit, **options)
+        data = _ask_worker(record, protocol.OUTPUT, **options)
     return {"terminalId": str(record.id), **data}
 
 
@@ -202,6 +202,13 @@ def _require_active(record: TerminalSession) -> None:
 
 def _wait_seconds(timeout_ms: int) -> float:
     return min(timeout_ms, settings.TERMINALS["MAX_WAIT_MS"]) / 1000
+
+
+def session_newest_output(*, actor: Actor, terminal_id) -> dict:
+    """The output as it stands, raw: the newest outputByteLimit bytes (or the whole buffer), whole characters."""
+    record = session_get_for(user=actor.user, terminal_id=terminal_id)
+    limit = record.output_byte_limit or settings.TERMINALS["MAX_BUFFER_BYTES"]
+    return _ask_worker(record, protocol.NEWEST, limit=limit)
 
 
 def session_follow(*, actor: Actor, terminal_id, from_byte: int | None):

@@ -30,6 +30,7 @@ ABANDON_SECONDS = 60.0  # a subscriber whose channel stays full this long is gon
 class Subscriber:
     channel: str
     next_byte: int  # the first byte this subscriber has not been sent
+    interactive: bool = False  # a terminal emulator that answers the program's queries itself
     lagging_since: float | None = None
     exit_sent: bool = False
 
@@ -51,19 +52,28 @@ class OutputFanout:
         self.layer = layer
         self.feeds: dict[str, TerminalFeed] = {}
 
-    def subscribe(self, terminal_id: str, session: PtySession, channel: str, from_byte: int) -> Subscriber:
+    def subscribe(
+        self, terminal_id: str, session: PtySession, channel: str, from_byte: int, *, interactive: bool = False
+    ) -> Subscriber:
         """Starts (or restarts, from a new byte) sending a terminal's output to a channel."""
         feed = self.feeds.setdefault(terminal_id, TerminalFeed(session))
-        subscriber = Subscriber(channel=channel, next_byte=max(0, from_byte))
+        subscriber = Subscriber(channel=channel, next_byte=max(0, from_byte), interactive=interactive)
         feed.subscribers[channel] = subscriber
         session.on_output = lambda: self.notify(terminal_id)
+        self._update_emulator(feed)
         self.notify(terminal_id)
         return subscriber
+
+    @staticmethod
+    def _update_emulator(feed: TerminalFeed) -> None:
+        # While a terminal emulator is attached it answers cursor and device queries; the service must not too.
+        feed.session.emulator_attached = any(sub.interactive for sub in feed.subscribers.values())
 
     def unsubscribe(self, terminal_id: str, channel: str) -> None:
         feed = self.feeds.get(terminal_id)
         if feed is not None:
             feed.subscribers.pop(channel, None)
+            self._update_emulator(feed)
             if not feed.subscribers:
                 feed.session.on_output = None  # nobody watches: the read path does no extra work
                 self.feeds.pop(terminal_id, None)

@@ -27,7 +27,7 @@ from .runtime.commands import Command
 from .runtime.pty import MARKER_VARIABLE, PtySession
 from .runtime.shell import ShellSession
 from .streaming import OutputFanout
-from .shapes import bytes_data, command_data, command_summary, info_data, line_read_data, stats_data
+from .shapes import bytes_data, command_data, command_summary, exit_status_data, info_data, line_read_data, stats_data
 
 logger = logging.getLogger(__name__)
 
@@ -156,6 +156,7 @@ class TerminalWorker:
             protocol.TERMINATE: self.handle_terminate,
             protocol.PING: self.handle_ping,
             protocol.BYTES: self.handle_bytes,
+            protocol.NEWEST: self.handle_newest,
             protocol.INFO: self.handle_info,
             protocol.SCREEN: self.handle_screen,
             protocol.RESIZE: self.handle_resize,
@@ -287,12 +288,13 @@ class TerminalWorker:
             tail_lines=read.get("tail_lines", 50),
             max_lines=read.get("max_lines", 1000),
         )
-        data = line_read_data(result, session, strip=read.get("strip_ansi", False))
-        limit = message.get("output_byte_limit")
-        if limit:
-            text, cut = buffer.newest_text(limit)
-            data["acpOutput"], data["acpTruncated"] = text, cut
-        return data
+        return line_read_data(result, session, strip=read.get("strip_ansi", False))
+
+    async def handle_newest(self, message: dict) -> dict:
+        session = self.manager.get(message["id"])
+        text, truncated = session.buffer.newest_text(message["limit"])
+        return {"output": text, "truncated": truncated, "exitStatus": exit_status_data(session.exit_status)
+                if session.finished else None}
 
     async def handle_bytes(self, message: dict) -> dict:
         session = self.manager.get(message["id"])
@@ -352,7 +354,8 @@ class TerminalWorker:
         session = self.manager.get(message["id"])
         from_byte = message.get("from_byte")
         start = session.buffer.oldest_byte if from_byte is None else from_byte
-        self.fanout.subscribe(message["id"], session, message["subscriber"], start)
+        self.fanout.subscribe(message["id"], session, message["subscriber"], start,
+                              interactive=message.get("interactive", False))
         return {"terminalId": message["id"], "fromByte": start, "oldestByte": session.buffer.oldest_byte,
                 "totalBytes": session.buffer.end, "isActive": session.is_alive, "cols": session.cols,
                 "rows": session.rows, "viewers": self.fanout.watching(message["id"])}

@@ -23,6 +23,7 @@ from .processes import signal_name
 RUNNING, COMPLETED = "running", "completed"
 API, SHELL = "api", "shell"
 HISTORY_LIMIT = 1000
+NOT_IN_HISTORY = "(not kept in the shell's history)"
 LAST_SIGNAL = 64  # exit statuses 129..192 are 128 + a signal number
 
 
@@ -96,6 +97,7 @@ class CommandTracker:
         # Prompt markers still to come that belong to before the current command was typed
         # (it was typed before the previous prompt's marker arrived, e.g. during startup).
         self._stale_prompts = 0
+        self._last_history_number = ""
         # Finds where a refused command's error message begins (set by the session that owns the output).
         self.locate_refusal: Callable[[Command, int], int] | None = None
 
@@ -146,10 +148,20 @@ class CommandTracker:
         if marker.token != self.secret:
             return False
         if marker.kind == "C" and current is None:
-            self._begin_typed(marker.data, offset)
+            self._begin_typed(self._typed_line(marker.data), offset)
         elif marker.kind == "P":
             self._on_prompt(_exit_code(marker.data), offset)
         return True
+
+    def _typed_line(self, data: str) -> str:
+        """bash sends "<history number>;<line>": the same number twice means history kept no new line,
+        and its last line is some earlier command (ignorespace), so the text is not known."""
+        number, separator, line = data.partition(";")
+        if not separator or not number.isdigit():
+            return data  # zsh sends the line itself
+        previous, self._last_history_number = self._last_history_number, number
+        # Whether ignorespace or ignoredups left it out, history's last line is an earlier command.
+        return NOT_IN_HISTORY if number == previous else line
 
     def _begin_typed(self, line: str, offset: int) -> None:
         record = Command(

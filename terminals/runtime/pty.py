@@ -46,6 +46,7 @@ class PtySession(ChildProcess):
         self._screen: ScreenMirror | None = None
         self._screen_fed = 0  # absolute byte up to which the screen mirror has seen the output
         self._query_tail = b""
+        self.emulator_attached = False  # a live client's terminal emulator answers queries itself
 
     # Starting
 
@@ -111,7 +112,7 @@ class PtySession(ChildProcess):
         # no terminal emulator attached, the service's own mirror gives it. The
         # previous read's last bytes are searched too: a query can be cut in two.
         seen, self._query_tail = self._query_tail + data, data[-3:]
-        if QUERIES.search(seen) and self.is_alive:
+        if QUERIES.search(seen) and self.is_alive and not self.emulator_attached:
             replies = self._screen_mirror(answer=True)[1]
             if replies:
                 self.write(replies)

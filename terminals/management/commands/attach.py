@@ -44,6 +44,8 @@ class Command(BaseCommand):
     def handle(self, *args, terminal_id, url, key, detach_key, view, from_byte, **options):
         if not key:
             raise CommandError("an API key is needed: --key or TERMINALS_API_KEY")
+        if not view and not sys.stdin.isatty():
+            raise CommandError("attach types from a terminal: run it in one, or watch with --view")
         query = {k: v for k, v in (("mode", "view" if view else ""), ("fromByte", from_byte)) if v not in ("", None)}
         session = AttachSession(websocket_url(url, terminal_id, query), key, detach_byte(detach_key), view)
         code = asyncio.run(session.run())

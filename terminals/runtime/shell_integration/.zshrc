@@ -4,9 +4,14 @@
 # authenticates them is kept in an unexported variable.
 typeset -g __terminals_secret=$TERMINALS_SHELL_SECRET
 unset TERMINALS_SHELL_SECRET
-ZDOTDIR=${TERMINALS_USER_ZDOTDIR:-$HOME}
+# A nested zsh must read the user's own files, not these again.
+if [[ -n ${TERMINALS_USER_ZDOTDIR:-} ]]; then
+    export ZDOTDIR=$TERMINALS_USER_ZDOTDIR
+else
+    unset ZDOTDIR
+fi
 unset TERMINALS_USER_ZDOTDIR
-[[ -f $ZDOTDIR/.zshrc ]] && source "$ZDOTDIR/.zshrc"
+[[ -f ${ZDOTDIR:-$HOME}/.zshrc ]] && source "${ZDOTDIR:-$HOME}/.zshrc"
 
 __terminals_preexec() {
     printf '\033]6973;%s;C;%s\007' "$__terminals_secret" "${1//[$'\a\e']/}"
