@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Sets up and runs the whole test suite with coverage of terminals/ (at least 85%).
-# Installs what the tests run for real: redis-server (split mode) and the shells bash, dash and zsh.
+# Installs what the tests run for real: redis-server (split mode), PostgreSQL, the shells bash, dash
+# and zsh, and tmux, less and git, which some tests drive.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 missing=()
 command -v redis-server >/dev/null || missing+=(redis-server)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing+=(postgresql)
+command -v tmux >/dev/null || missing+=(tmux)
+command -v less >/dev/null || missing+=(less)
+command -v git >/dev/null || missing+=(git)
 command -v zsh >/dev/null || missing+=(zsh)
 command -v dash >/dev/null || missing+=(dash)
 command -v setsid >/dev/null || missing+=(util-linux)
@@ -18,4 +23,11 @@ fi
 
 bash scripts/setup.sh requirements-dev.txt
 rm -f .coverage .coverage.*
-exec .venv/bin/python -m pytest --cov --cov-report=term "$@"
+
+# Every test on SQLite (the default), then the database-facing ones again on PostgreSQL.
+.venv/bin/python -m pytest --cov --cov-report= "$@"
+read -r pg_dir pg_url < <(bash scripts/postgres.sh start)
+trap 'bash scripts/postgres.sh stop "$pg_dir"' EXIT
+DATABASE_URL="$pg_url" .venv/bin/python -m pytest --cov --cov-append --cov-report=term \
+  tests/test_e2e_lifecycle.py tests/test_audit_chain.py tests/test_worker.py tests/test_api_auth.py \
+  tests/test_restart.py tests/test_acp.py

@@ -16,8 +16,10 @@ from .servers import ROOT, service_env
 
 
 def manage(*args, data_dir: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=service_env(TERMINALS_DATA_DIR=data_dir),
-                          capture_output=True, text=True, timeout=120)
+    # Its own SQLite file, whatever database the rest of the suite runs on, so the test can tamper with it.
+    env = service_env(TERMINALS_DATA_DIR=data_dir, DATABASE_URL="")
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
 
 
 def test_audit_rows_link_to_the_previous_row(orm):
