@@ -25,7 +25,7 @@ def event(name: str, data: dict, event_id: int | None = None) -> str:
 async def follow(terminal_id: str, worker_channel: str, from_byte: int | None):
     """Yields SSE events: output (id = the next byte, for Last-Event-ID), gap, and a final exit."""
     layer = get_channel_layer()
-    channel = await layer.new_channel("terminals.follow.")
+    channel = await layer.new_channel()
     try:
         attached = await worker_client.request(worker_channel, protocol.ATTACH, id=terminal_id, subscriber=channel,
                                                from_byte=from_byte)

@@ -18,8 +18,9 @@ is already in the shape the REST API returns.
 """
 
 CREATE_CHANNEL = "terminals.create"
-REPLY_PREFIX = "terminals.reply."
-WORKER_PREFIX = "terminals.worker."
+# Reply, worker, live-client and follow channels all come from layer.new_channel() with
+# its default prefix: channels_redis keeps one Redis list per process and prefix and lets
+# one receive at a time block on a list, so a second prefix would wait behind the first.
 
 # Requests, with their fields besides type/reply_to/deadline. "read" is a dict of
 # read options: mode, head_lines, tail_lines, max_lines, strip_ansi.

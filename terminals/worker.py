@@ -177,7 +177,7 @@ class TerminalWorker:
         """Registers the worker and starts listening; returns once it takes requests."""
         _stop_ignoring_signals()
         self.database.start()
-        self.channel = await self.layer.new_channel(protocol.WORKER_PREFIX)
+        self.channel = await self.layer.new_channel()
         await self.database.run(lambda: records.worker_register(self.id, self.channel, self.hostname, os.getpid()))
         await self.mark_lost()
         self._spawn(self._listen(self.channel))

@@ -43,7 +43,7 @@ async def request(channel: str, message_type: str, reply_within: float | None = 
 
 
 async def _exchange(layer, channel: str, message_type: str, timeout: float, fields: dict) -> dict:
-    reply_to = await layer.new_channel(protocol.REPLY_PREFIX)
+    reply_to = await layer.new_channel()
     message = {"type": message_type, "reply_to": reply_to, "deadline": time.time() + timeout, **fields}
     await layer.send(channel, message)
     reply = await layer.receive(reply_to)
