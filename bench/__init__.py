@@ -1,0 +1,1 @@
+"""The benchmark suite: the service against the limit of a minimal asyncio program and against terminado."""

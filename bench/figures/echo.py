@@ -1,0 +1,91 @@
+"""Figure 2: a keystroke's round trip over the WebSocket to `cat` on the PTY and back, against terminado's."""
+
+from __future__ import annotations
+
+from .. import live, reference, terminado_server
+from ..common import ms, percentile, scaled
+from ..results import FigureResult, Target, attempt, pick
+from ..service import SHELL_HOME, running
+
+TITLE = "2. Keystroke echo"
+PANEL = "2. Keystroke echo over the WebSocket"
+WARM_UP = 20
+
+
+def keystrokes() -> int:
+    return scaled(500, 50, 4000)
+
+
+async def measure(modes: list[str]) -> FigureResult:
+    result = FigureResult(TITLE)
+    count = keystrokes()
+    peer = await attempt("terminado echo", _terminado, count)
+    limit = await attempt("limit echo", _limit, count)
+    ours = {}
+    for mode in modes:
+        ours[mode] = await attempt(f"{mode} echo", _ours, mode, count)
+    for key, label, target in (
+        ("p50", "p50, ms", Target.ratio_at_most(1.0, "≤ terminado's (ratio ≤ 1.0)")),
+        ("p99", "p99, ms", Target.ratio_at_most(2.0, "≤ 2× terminado's")),
+    ):
+        result.row(
+            label,
+            values={mode: pick(ours[mode], key) for mode in modes},
+            reference=pick(peer, key),
+            reference_name="terminado",
+            target=target,
+        )
+    result.row(
+        "p50 against the raw PTY echo, ms",
+        values={mode: pick(ours[mode], "p50") for mode in modes},
+        reference=pick(limit, "p50"),
+        reference_name="limit",
+        target=Target.note("context: the floor"),
+    )
+    for series, measured in (
+        *((f"ours ({mode})", ours[mode]) for mode in modes),
+        ("terminado", peer),
+        ("limit", limit),
+    ):
+        if isinstance(measured, dict):
+            result.add_samples(PANEL, series, measured["samples"])
+    result.notes.append(
+        f"{count} keys, one at a time, each timed from sending it to receiving its echo from `cat` "
+        f'(after {WARM_UP} untimed keys). Ours: `{{"type": "input", "data": "x"}}` frames; '
+        'terminado: `["stdin", "x"]`; the limit writes to the PTY master and reads it.'
+    )
+    return result
+
+
+def summary(seconds: list[float]) -> dict:
+    samples = ms(seconds)
+    return {"p50": percentile(samples, 0.5), "p99": percentile(samples, 0.99), "samples": samples}
+
+
+async def _echo(socket, count: int) -> dict:
+    await live.start_cat(socket)
+    await live.keystroke_echo(socket, WARM_UP)
+    return summary(await live.keystroke_echo(socket, count))
+
+
+async def _ours(mode: str, count: int) -> dict:
+    async with running(mode) as service, service.rest() as rest:
+        socket = await live.OurSocket.open(service, await rest.create())
+        try:
+            return await _echo(socket, count)
+        finally:
+            await socket.close()
+
+
+async def _terminado(count: int) -> dict:
+    async with terminado_server.running() as peer:
+        socket = await live.TerminadoSocket.open(peer.named_url("echo"))
+        try:
+            return await _echo(socket, count)
+        finally:
+            await socket.close()
+
+
+async def _limit(count: int) -> dict:
+    report = await reference.run("echo", "--count", str(count + WARM_UP), home=SHELL_HOME)
+    return summary(report["latencies"][WARM_UP:])
