@@ -35,7 +35,8 @@ def database_sync_to_async(function):
 CLOSE_UNAUTHORIZED, CLOSE_FOREIGN_ORIGIN, CLOSE_NOT_FOUND, CLOSE_INACTIVE, CLOSE_UNAVAILABLE = 4401, 4403, 4404, 4409, 4503
 CLOSE_CODES = {TerminalNotFound: CLOSE_NOT_FOUND, TerminalInactive: CLOSE_INACTIVE, WorkerUnavailable: CLOSE_UNAVAILABLE}
 MAX_FRAME_BYTES = 256 * 1024  # a client frame larger than this is refused
-WINDOW_BYTES = 1 << 20  # output sent but not acknowledged before the server pauses a client
+WINDOW_BYTES = 4 << 20  # output sent but not acknowledged before the server pauses a client
+CLOSE_AFTER_EXIT_SECONDS = 60.0  # how long a client may take to acknowledge the end before the server closes
 KEY_CHECK_SECONDS = 2.0  # how soon a revoked key's connections close
 
 
@@ -49,6 +50,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         self.attached = False
         self.sent_until = self.acked = 0  # byte offsets, for flow control
         self.paused_at: int | None = None
+        self.exit_offset: int | None = None
         # Accept first: a refusal then carries a close code, and still no terminal byte is sent.
         await self.accept()
         refusal = await self._admit(query)
@@ -119,6 +121,9 @@ class TerminalConsumer(AsyncWebsocketConsumer):
                 return
 
     async def disconnect(self, code: int) -> None:
+        closer = getattr(self, "exit_close", None)
+        if closer is not None:
+            closer.cancel()
         watch = getattr(self, "key_watch", None)
         if watch is not None:
             watch.cancel()
@@ -181,6 +186,9 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         if not isinstance(offset, int):
             return await self._error("INVALID_INPUT", "ack: offset must be a whole number")
         self.acked = max(self.acked, min(offset, self.sent_until))
+        if self.exit_offset is not None and self.acked >= self.exit_offset:
+            await self.close(code=1000)
+            return
         if self.paused_at is not None and self.sent_until - self.acked < WINDOW_BYTES // 2:
             # Caught up: the worker resends what was dropped while paused, from its buffer.
             resume, self.paused_at = self.paused_at, None
@@ -214,7 +222,14 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         if self.attached and self.paused_at is None and event["offset"] == self.sent_until:
             await self._send({"type": "exit", "exitCode": event["exitCode"], "signal": event["signal"],
                               "offset": event["offset"]})
-            await self.close(code=1000)
+            # Closing now would cut off output a slow client has not read yet: close once it
+            # acknowledges the end, or after a long while.
+            self.exit_offset = event["offset"]
+            if self.acked >= self.exit_offset:
+                await self.close(code=1000)
+            else:
+                self.exit_close = asyncio.get_running_loop().call_later(
+                    CLOSE_AFTER_EXIT_SECONDS, lambda: asyncio.ensure_future(self.close(code=1000)))
 
     async def _send(self, frame: dict) -> None:
         await self.send(text_data=json.dumps(frame, ensure_ascii=False))

@@ -16,12 +16,16 @@ from dataclasses import dataclass, field
 from channels.exceptions import ChannelFull
 
 from . import protocol
+from .runtime.buffer import OutputBuffer
 from .runtime.pty import PtySession
 
 logger = logging.getLogger(__name__)
 
-FRAME_BYTES = 64 * 1024  # at most this much output in one channel-layer message
-REPLAY_BYTES = 1024 * 1024  # at most this much replayed to one subscriber per batch
+FRAME_BYTES = 512 * 1024  # at most this much output in one channel-layer message (Redis costs per message)
+REPLAY_BYTES = 4 * 1024 * 1024  # at most this much sent to one subscriber per batch
+# Output kept for watching clients beyond the terminal's own buffer, which its line limit
+# can make small (10,000 short lines): a client that falls this far behind gets a gap.
+LAG_BYTES = 32 * 1024 * 1024
 RETRY_SECONDS = 0.2  # how soon a skipped (lagging) subscriber is tried again
 ABANDON_SECONDS = 60.0  # a subscriber whose channel stays full this long is gone (its process died)
 
@@ -37,12 +41,32 @@ class Subscriber:
 
 @dataclass
 class TerminalFeed:
-    """The subscribers of one terminal and the flush scheduled for them."""
+    """The subscribers of one terminal, the output kept for them, and the flush scheduled for them."""
 
     session: PtySession
+    recent: OutputBuffer
     subscribers: dict[str, Subscriber] = field(default_factory=dict)
     flushing: bool = False
     pending: bool = False
+
+    @classmethod
+    def watching(cls, session: PtySession) -> TerminalFeed:
+        recent = OutputBuffer(max_lines=1 << 62, max_bytes=LAG_BYTES)
+        buffer = session.buffer
+        # Start from what the terminal holds, so a new client can replay it; later output is copied as it comes.
+        data, start, _ = buffer.read_bytes(max(buffer.oldest_byte, buffer.end - LAG_BYTES), LAG_BYTES, complete=True)
+        recent.restart_at(start)
+        recent.append(data)
+        return cls(session=session, recent=recent)
+
+    def catch_up(self) -> None:
+        """Copies the terminal's new output into the kept output."""
+        buffer, recent = self.session.buffer, self.recent
+        if buffer.end > recent.end:
+            data, start, _ = buffer.read_bytes(recent.end, buffer.end - recent.end, complete=True)
+            if start > recent.end:
+                recent.restart_at(start)  # more arrived in one burst than the terminal kept
+            recent.append(data)
 
 
 class OutputFanout:
@@ -56,7 +80,7 @@ class OutputFanout:
         self, terminal_id: str, session: PtySession, channel: str, from_byte: int, *, interactive: bool = False
     ) -> Subscriber:
         """Starts (or restarts, from a new byte) sending a terminal's output to a channel."""
-        feed = self.feeds.setdefault(terminal_id, TerminalFeed(session))
+        feed = self.feeds.get(terminal_id) or self.feeds.setdefault(terminal_id, TerminalFeed.watching(session))
         subscriber = Subscriber(channel=channel, next_byte=max(0, from_byte), interactive=interactive)
         feed.subscribers[channel] = subscriber
         session.on_output = lambda: self.notify(terminal_id)
@@ -83,10 +107,11 @@ class OutputFanout:
         return len(feed.subscribers) if feed else 0
 
     def notify(self, terminal_id: str) -> None:
-        """New output (or an exit) happened: flush soon, once per burst."""
+        """New output (or an exit) happened: keep it, and flush soon, once per burst."""
         feed = self.feeds.get(terminal_id)
         if feed is None:
             return
+        feed.catch_up()
         if feed.flushing:
             feed.pending = True
             return
@@ -115,19 +140,20 @@ class OutputFanout:
             loop.call_later(RETRY_SECONDS, self.notify, terminal_id)
 
     async def _send_to(self, terminal_id: str, feed: TerminalFeed, subscriber: Subscriber) -> None:
-        buffer = feed.session.buffer
+        buffer = feed.recent
         budget = REPLAY_BYTES
         complete = not feed.session.is_alive
         while subscriber.next_byte < buffer.end and budget > 0:
             data, start, truncated = buffer.read_bytes(subscriber.next_byte, min(FRAME_BYTES, budget), complete=complete)
             if not data and not truncated:
                 break  # only part of a character so far: it goes with the next output
-            frames = []
             if truncated or start > subscriber.next_byte:
-                frames.append({"type": protocol.STREAM_GAP, "terminal": terminal_id,
-                               "from": subscriber.next_byte, "to": start})
-            frames.append({"type": protocol.STREAM_OUTPUT, "terminal": terminal_id, "offset": start, "data": data})
-            if not await self._deliver(subscriber, frames):
+                gap = {"type": protocol.STREAM_GAP, "terminal": terminal_id, "from": subscriber.next_byte, "to": start}
+                if not await self._deliver(subscriber, [gap]):
+                    return
+                subscriber.next_byte = start  # the gap is announced: never announce it twice
+            frame = {"type": protocol.STREAM_OUTPUT, "terminal": terminal_id, "offset": start, "data": data}
+            if not await self._deliver(subscriber, [frame]):
                 return
             subscriber.next_byte = start + len(data)
             budget -= len(data)

@@ -164,6 +164,14 @@ class OutputBuffer:
 
     # Writing
 
+    def restart_at(self, offset: int) -> None:
+        """Empties the buffer and numbers the next byte offset (a copy of another buffer's output)."""
+        self._data = bytearray()
+        self._start = self._indexed_end = offset
+        self._index = array("q")
+        self._times.clear()
+        self._head_cut = False
+
     def append(self, chunk: bytes) -> None:
         if not chunk:
             return
