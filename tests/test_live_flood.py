@@ -185,8 +185,8 @@ def test_flood_fast_client_gets_every_byte_slow_client_gets_bytes_or_gaps(flood_
             deadline = started + FLOOD_DEADLINE
 
             async def command_during_flood():
-                while fast.received < 5_000_000 and fast.exit is None:
-                    await asyncio.sleep(0.01)
+                while fast.received < 5_000_000 and fast.exit is None and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)  # polls the reader's progress, bounded by the flood deadline
                 await asyncio.to_thread(run_command_on_other_terminal, fast)
 
             await asyncio.gather(fast.read_to_exit(slow=False, deadline=deadline),

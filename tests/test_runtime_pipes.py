@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import threading
 import time
 from collections.abc import Callable
 
@@ -16,6 +15,9 @@ from terminals.runtime.buffer import OutputBuffer
 from terminals.runtime.errors import SessionInactive, SpawnFailed, WriteFailed
 from terminals.runtime.pipes import InputClosed, NoTerminal, PipeSession
 from terminals.runtime.pty import ExitStatus, SpawnSpec
+
+from . import runtime_support as support
+from .runtime_support import cleanup, gone, run, run_with_watchdog, start_heartbeat
 
 ENV = {"PATH": os.environ["PATH"], "HOME": "/tmp", "LC_ALL": "C"}
 
@@ -31,58 +33,14 @@ def spawn(argv: list[str], *, max_lines: int = 100_000, max_bytes: int = 4 << 20
     return session
 
 
-async def cleanup(session: PipeSession) -> None:
-    """Ends whatever is left of the session and frees its pipes."""
-    if session.is_alive or processes.session_members(session.pid):
-        await session.terminate(grace=1.0)
-    session.close()
-
-
-def run(scenario: Callable[[], object], timeout: float = 20.0) -> None:
-    """Runs an async scenario with an overall deadline; its finally blocks still run on timeout."""
-
-    async def bounded():
-        await asyncio.wait_for(scenario(), timeout)
-
-    asyncio.run(bounded())
-
-
-def run_with_watchdog(scenario: Callable[[], object], sessions: list[PipeSession], timeout: float) -> None:
-    """Runs the scenario in a thread, so a blocked event loop fails the test instead of hanging it."""
-    outcome: dict[str, BaseException] = {}
-
-    def target():
-        try:
-            asyncio.run(scenario())
-        except BaseException as error:  # noqa: BLE001 - handed to the test thread
-            outcome["error"] = error
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        for session in sessions:
-            processes.signal_processes(processes.session_members(session.pid), signal.SIGKILL)
-        thread.join(5)
-        raise AssertionError(f"the event loop was blocked for more than {timeout}s")
-    if "error" in outcome:
-        raise outcome["error"]
-
-
 def lines(buffer: OutputBuffer) -> list[str]:
     return buffer.read_lines(max_lines=10**9).lines
 
 
 async def wait_until(predicate: Callable[[], bool], *, session: PipeSession, timeout: float = 10.0,
                      what: str = "a condition") -> None:
-    """Polls predicate until it holds; wakes up early on new output of session."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            tail = lines(session.buffer)[-10:]
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last lines: {tail!r}")
-        await session.wait_for_output(min(remaining, 0.02))
+    await support.wait_until(predicate, timeout=timeout, session=session, what=what,
+                             tail=lambda: lines(session.buffer)[-10:])
 
 
 def recording_loop_errors() -> list[dict]:
@@ -97,13 +55,7 @@ def commands(session: PipeSession) -> list[str]:
     return [processes.command_line(pid) for pid in processes.session_members(session.pid)]
 
 
-def gone(pid: int) -> bool:
-    """Whether pid has ended (exited, or a zombie waiting to be reaped)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
+
 
 
 # Output streams
@@ -369,17 +321,7 @@ def test_large_input_to_a_program_that_never_reads_does_not_block():
     async def scenario():
         session = spawn(["sleep", "600"], max_pending_input=limit)
         sessions.append(session)
-        gaps: list[float] = []
-
-        async def heartbeat():
-            last = time.monotonic()
-            while True:
-                await asyncio.sleep(0.01)
-                now = time.monotonic()
-                gaps.append(now - last)
-                last = now
-
-        beat = asyncio.create_task(heartbeat())
+        beat, gaps = start_heartbeat()
         try:
             chunk = b"x" * (64 << 10)
             written, slowest, failure = 0, 0.0, None

@@ -6,7 +6,6 @@ import asyncio
 import os
 import re
 import signal
-import threading
 import time
 from collections.abc import Callable
 
@@ -16,6 +15,9 @@ from terminals.runtime import processes
 from terminals.runtime.buffer import OutputBuffer
 from terminals.runtime.errors import SessionInactive, SpawnFailed, WriteFailed
 from terminals.runtime.pty import ExitStatus, PtySession, SpawnSpec
+
+from . import runtime_support as support
+from .runtime_support import cleanup, gone, run, run_with_watchdog, start_heartbeat
 
 PROMPT = "READY$ "
 ENV = {"PATH": os.environ["PATH"], "PS1": PROMPT, "TERM": "xterm-256color", "HOME": "/tmp"}
@@ -37,22 +39,6 @@ def spawn(argv: list[str], *, max_lines: int = 10_000, max_bytes: int = 4 << 20,
     return session
 
 
-async def cleanup(session: PtySession) -> None:
-    """Ends whatever is left of the session and frees its PTY."""
-    if session.is_alive or processes.session_members(session.pid):
-        await session.terminate(grace=1.0)
-    session.close()
-
-
-def run(scenario: Callable[[], object], timeout: float = 30.0) -> None:
-    """Runs an async scenario with an overall deadline; its finally blocks still run on timeout."""
-
-    async def bounded():
-        await asyncio.wait_for(scenario(), timeout)
-
-    asyncio.run(bounded())
-
-
 def screen_lines(session: PtySession) -> list[str]:
     """The buffered lines as a terminal would show them: escape sequences removed, carriage returns applied."""
     lines = session.buffer.read_lines(max_lines=10**9).lines
@@ -65,17 +51,8 @@ def screen_text(session: PtySession) -> str:
 
 async def wait_until(predicate: Callable[[], bool], *, timeout: float = 10.0, session: PtySession | None = None,
                      what: str = "a condition") -> None:
-    """Polls predicate until it holds; wakes up early on new output of session."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            tail = screen_lines(session)[-15:] if session is not None else []
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}; last lines: {tail!r}")
-        if session is not None:
-            await session.wait_for_output(min(remaining, 0.05))
-        else:
-            await asyncio.sleep(min(remaining, 0.01))
+    tail = (lambda: screen_lines(session)[-15:]) if session is not None else list
+    await support.wait_until(predicate, timeout=timeout, session=session, what=what, tail=tail)
 
 
 async def wait_for_line(session: PtySession, line: str, *, timeout: float = 10.0) -> None:
@@ -101,15 +78,6 @@ def command_name(pid: int) -> str:
 def running(session: PtySession, name: str) -> bool:
     """Whether a live process called name is in the terminal's session."""
     return any(command_name(pid) == name for pid in processes.session_members(session.pid))
-
-
-def gone(pid: int) -> bool:
-    """Whether pid has ended (exited, or a zombie waiting to be reaped)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True  # gone entirely
 
 
 # Spawning, input and output
@@ -388,26 +356,7 @@ def test_write_after_exit_raises_session_inactive():
 # Input that is not read
 
 
-def run_with_watchdog(scenario: Callable[[], object], sessions: list[PtySession], timeout: float) -> None:
-    """Runs the scenario in a thread, so a blocked event loop fails the test instead of hanging it."""
-    outcome: dict[str, BaseException] = {}
 
-    def target():
-        try:
-            asyncio.run(scenario())
-        except BaseException as error:  # noqa: BLE001 - handed to the test thread
-            outcome["error"] = error
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(timeout)
-    if thread.is_alive():
-        for session in sessions:  # unblock the stuck thread by taking the terminal's processes away
-            processes.signal_processes(processes.session_members(session.pid), signal.SIGKILL)
-        thread.join(5)
-        raise AssertionError(f"the event loop was blocked for more than {timeout}s")
-    if "error" in outcome:
-        raise outcome["error"]
 
 
 def test_large_input_to_a_program_that_never_reads_does_not_block():
@@ -421,17 +370,7 @@ def test_large_input_to_a_program_that_never_reads_does_not_block():
     async def scenario():
         session = spawn(BASH, max_pending_input=limit, max_bytes=256 << 10)
         sessions.append(session)
-        gaps: list[float] = []
-
-        async def heartbeat():
-            last = time.monotonic()
-            while True:
-                await asyncio.sleep(0.01)
-                now = time.monotonic()
-                gaps.append(now - last)
-                last = now
-
-        beat = asyncio.create_task(heartbeat())
+        beat, gaps = start_heartbeat()
         try:
             await wait_for_prompts(session, 1)
             session.write(b"sleep 600\n")
