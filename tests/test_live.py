@@ -541,7 +541,7 @@ def test_live_idle_connection_does_not_delay_requests_on_its_web_process(server,
     assert time.monotonic() - started < 2.0
 
 
-def test_live_terminal_keeps_running_after_every_client_left(server, client, keys):
+def test_live_terminal_keeps_running_after_every_client_left(orm, server, client, keys):
     """Closing every live connection detaches without ending the terminal: it stays active and runs later input."""
     terminal = client.create(shell="/bin/bash")["terminalId"]
 
@@ -562,6 +562,10 @@ def test_live_terminal_keeps_running_after_every_client_left(server, client, key
         await live.close()
         return live
 
+    # A close detaches asynchronously; each consumer audits its detach once the worker has confirmed it.
+    detached = AuditEvent.objects.filter(terminal_id=terminal, action="detach")
+    expected = len(web_urls(server)) * 2
+    wait_for(lambda: detached.count() >= expected, 10, f"{expected} detaches")
     assert run(come_back()).attached["viewers"] == 1  # the earlier subscribers are gone
 
 
