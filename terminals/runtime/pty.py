@@ -111,8 +111,8 @@ class PtySession(ChildProcess):
         # A program asking where the cursor is (ESC[6n) waits for the answer; with
         # no terminal emulator attached, the service's own mirror gives it. The
         # previous read's last bytes are searched too: a query can be cut in two.
-        seen, self._query_tail = self._query_tail + data, data[-3:]
-        if QUERIES.search(seen) and self.is_alive and not self.emulator_attached:
+        seam, self._query_tail = self._query_tail + data[:3], data[-3:]
+        if (QUERIES.search(data) or QUERIES.search(seam)) and self.is_alive and not self.emulator_attached:
             replies = self._screen_mirror(answer=True)[1]
             if replies:
                 self.write(replies)
