@@ -7,6 +7,10 @@ class ApiKeyScheme(OpenApiAuthenticationExtension):
     target_class = "terminals.auth.ApiKeyAuthentication"
     name = ["ApiKeyHeader", "ApiKeyAuthorization"]
 
+    def get_security_requirement(self, auto_schema):
+        # Either header is enough: two requirements (alternatives), not one that needs both headers.
+        return [{name: []} for name in self.name]
+
     def get_security_definition(self, auto_schema):
         return [
             {"type": "apiKey", "in": "header", "name": "X-API-Key"},

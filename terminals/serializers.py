@@ -46,8 +46,8 @@ class TerminalCreateSerializer(serializers.Serializer):
     args = serializers.ListField(child=serializers.CharField(allow_blank=True, trim_whitespace=False), required=False, max_length=1000)
     cwd = serializers.CharField(required=False, allow_blank=True, max_length=4096, trim_whitespace=False)
     env = EnvField(required=False)
-    cols = serializers.IntegerField(required=False, default=80, min_value=1)
-    rows = serializers.IntegerField(required=False, default=24, min_value=1)
+    cols = serializers.IntegerField(required=False, default=80, min_value=1, max_value=_limit("MAX_COLS"))
+    rows = serializers.IntegerField(required=False, default=24, min_value=1, max_value=_limit("MAX_ROWS"))
     name = serializers.CharField(required=False, allow_blank=True, max_length=100)
     pty = serializers.BooleanField(required=False, default=True, help_text="false: pipes, stdout and stderr apart")
     outputByteLimit = serializers.IntegerField(required=False, min_value=1, help_text="Keep only the newest bytes")
@@ -94,9 +94,9 @@ class ReadOptionsSerializer(serializers.Serializer):
     """How much of a text to show: the modes of the REST contract, and escape-sequence stripping."""
 
     mode = serializers.ChoiceField(choices=MODES, required=False, default="full")
-    headLines = serializers.IntegerField(required=False, default=50, min_value=0)
-    tailLines = serializers.IntegerField(required=False, default=50, min_value=0)
-    maxLines = serializers.IntegerField(required=False, default=1000, min_value=1)
+    headLines = serializers.IntegerField(required=False, default=50, min_value=0, max_value=_limit("MAX_OUTPUT_LINES"))
+    tailLines = serializers.IntegerField(required=False, default=50, min_value=0, max_value=_limit("MAX_OUTPUT_LINES"))
+    maxLines = serializers.IntegerField(required=False, default=1000, min_value=1, max_value=_limit("MAX_OUTPUT_LINES"))
     stripAnsi = serializers.BooleanField(required=False, default=False)
 
     def validate(self, attrs):
@@ -121,7 +121,7 @@ class OutputQuerySerializer(ReadOptionsSerializer):
     since = serializers.IntegerField(required=False, min_value=0)
     sinceTime = serializers.DateTimeField(required=False, help_text="Lines that arrived at or after this time")
     fromByte = serializers.IntegerField(required=False, min_value=0, help_text="Read by byte offset instead of line")
-    maxBytes = serializers.IntegerField(required=False, default=65536, min_value=1)
+    maxBytes = serializers.IntegerField(required=False, default=65536, min_value=1, max_value=_limit("MAX_READ_BYTES"))
     stream = serializers.ChoiceField(choices=STREAMS, required=False, default="both")
     follow = serializers.BooleanField(required=False, default=False,
                                       help_text="Stream as Server-Sent Events until the process exits")
@@ -145,7 +145,7 @@ class OutputQuerySerializer(ReadOptionsSerializer):
 
 class CommandRunSerializer(ReadOptionsSerializer):
     command = serializers.CharField(trim_whitespace=False, max_length=1 << 20)
-    timeoutMs = serializers.IntegerField(required=False, default=10_000, min_value=1)
+    timeoutMs = serializers.IntegerField(required=False, default=10_000, min_value=1, max_value=_limit("MAX_WAIT_MS"))
     wait = serializers.BooleanField(required=False, default=True)
 
     def validate_command(self, value: str) -> str:
@@ -160,7 +160,7 @@ class CommandRunSerializer(ReadOptionsSerializer):
 
 
 class WaitQuerySerializer(ReadOptionsSerializer):
-    timeoutMs = serializers.IntegerField(required=False, default=10_000, min_value=0)
+    timeoutMs = serializers.IntegerField(required=False, default=10_000, min_value=0, max_value=_limit("MAX_WAIT_MS"))
 
     def validate_timeoutMs(self, value: int) -> int:
         return _at_most(value, _limit("MAX_WAIT_MS"))
@@ -174,8 +174,8 @@ class SignalSerializer(serializers.Serializer):
 
 
 class ResizeSerializer(serializers.Serializer):
-    cols = serializers.IntegerField(min_value=1)
-    rows = serializers.IntegerField(min_value=1)
+    cols = serializers.IntegerField(min_value=1, max_value=_limit("MAX_COLS"))
+    rows = serializers.IntegerField(min_value=1, max_value=_limit("MAX_ROWS"))
 
     def validate_cols(self, value: int) -> int:
         return _at_most(value, _limit("MAX_COLS"))
@@ -195,7 +195,8 @@ def _signal_name(data):
 class TerminateSerializer(serializers.Serializer):
     signal = serializers.ChoiceField(choices=SIGNALS, required=False, default="SIGTERM")
     force = serializers.BooleanField(required=False, default=False, help_text="SIGKILL at once")
-    gracefulTimeoutMs = serializers.IntegerField(required=False, min_value=0, help_text="Time before SIGKILL")
+    gracefulTimeoutMs = serializers.IntegerField(required=False, min_value=0, max_value=_limit("MAX_WAIT_MS"),
+                                                 help_text="Time before SIGKILL")
 
     def to_internal_value(self, data):
         return super().to_internal_value(_signal_name(data))
@@ -262,8 +263,8 @@ class TerminalSerializer(serializers.Serializer):
     pid = serializers.IntegerField(allow_null=True)
     shell = serializers.CharField()
     cwd = serializers.CharField()
-    cols = serializers.IntegerField()
-    rows = serializers.IntegerField()
+    cols = serializers.IntegerField(allow_null=True, help_text="null for a terminal on pipes (no screen)")
+    rows = serializers.IntegerField(allow_null=True, help_text="null for a terminal on pipes (no screen)")
     created = serializers.DateTimeField()
     lastActivity = serializers.DateTimeField()
     status = serializers.ChoiceField(choices=TerminalSession.Status.values)

@@ -54,7 +54,11 @@ class AcpView(APIView):
         description=DESCRIPTION,
         request=OpenApiTypes.OBJECT,
         responses={
-            200: OpenApiResponse(OpenApiTypes.OBJECT, description="A JSON-RPC response, or a batch's array of them"),
+            200: OpenApiResponse(
+                {"oneOf": [{"type": "object", "additionalProperties": {}},
+                           {"type": "array", "items": {"type": "object", "additionalProperties": {}}}]},
+                description="A JSON-RPC response, or a batch's array of them",
+            ),
             204: OpenApiResponse(description="The batch held only notifications"),
             401: s.ErrorEnvelope,
             429: s.ErrorEnvelope,

@@ -149,7 +149,8 @@ class OutputBuffer:
     def mark_time(self, when: float) -> None:
         """Notes when the output about to be appended arrived (for reads since a time)."""
         if self._times and self._times[-1][1] == self.end:
-            return  # nothing arrived since the last mark
+            self._times[-1] = (when, self.end)  # nothing arrived since the last mark: what comes next arrives now
+            return
         self._times.append((when, self.end))
         while len(self._times) > 1 and self._times[1][1] <= self._start:
             self._times.popleft()
@@ -296,15 +297,22 @@ class OutputBuffer:
         truncated = from_byte < self._start
         start = min(max(from_byte, self._start), self.end)
         local_start = start - self._start
-        if truncated or self._head_cut:
-            # Eviction may have cut a character in two: start at the next whole one.
+        if truncated or (self._head_cut and local_start == 0):
+            # Eviction may have cut a character in two: start at the next whole one (only there, so that a
+            # reader polling from where it left off never loses a byte).
             local_start = _skip_continuation_bytes(self._data, local_start, len(self._data))
         local_stop = min(local_start + max_bytes, len(self._data))
         if local_stop < len(self._data) or not complete:
             cut = utf8_boundary(self._data, local_start, local_stop)
             if cut == local_start and local_stop < len(self._data):
-                # A limit smaller than one character still returns that character, so a reader never stalls.
-                cut = min(local_start + _sequence_length(self._data[local_start]), len(self._data))
+                # A limit smaller than one character still returns that character, so a reader never stalls,
+                # but only once it has arrived: its bytes, or a byte that breaks it off, or no more can come.
+                length = _sequence_length(self._data[local_start])
+                cut = local_start + 1
+                while cut < min(local_start + length, len(self._data)) and _is_continuation(self._data[cut]):
+                    cut += 1
+                if cut == len(self._data) and cut - local_start < length and not complete:
+                    cut = local_start
             local_stop = cut
         return bytes(self._data[local_start:local_stop]), self._start + local_start, truncated
 
