@@ -41,6 +41,11 @@ async def follow(terminal_id: str, worker_channel: str, from_byte: int | None):
             except TimeoutError:
                 yield ": keepalive\n\n"
                 continue
+            except Exception:  # noqa: BLE001 - the channel layer is gone (Redis down): end the stream, do not hang
+                logger.warning("following %s stopped: the channel layer failed", terminal_id, exc_info=True)
+                yield event("error", {"code": "WORKER_UNAVAILABLE",
+                                      "message": "The connection to the terminal's worker was lost; reconnect with Last-Event-ID"})
+                return
             kind = message["type"]
             if kind == protocol.STREAM_OUTPUT and message["offset"] == expected:
                 expected += len(message["data"])

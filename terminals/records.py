@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import uuid
 from datetime import datetime, timezone as dt_timezone
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from .audit import SYSTEM, audit
@@ -22,6 +23,14 @@ EXITED, KILLED, TIMED_OUT, LOST = Status.EXITED, Status.KILLED, Status.TIMED_OUT
 def worker_register(worker_id: str, channel: str, hostname: str, pid: int) -> Worker:
     now = timezone.now()
     return Worker.objects.create(id=worker_id, channel=channel, hostname=hostname, pid=pid, started=now, last_seen=now)
+
+
+def worker_alive(worker_id: str) -> None:
+    """Refreshes the worker's heartbeat alone, from a thread of its own; closes that thread's connection."""
+    try:
+        Worker.objects.filter(pk=worker_id).update(last_seen=timezone.now())
+    finally:
+        connection.close()
 
 
 def worker_beat(worker_id: str, activity: dict[str, float]) -> None:
@@ -46,21 +55,43 @@ def worker_stop(worker_id: str, statuses: dict[str, ExitStatus | None]) -> None:
     Worker.objects.filter(pk=worker_id).update(stopped=timezone.now())
 
 
-def sessions_mark_lost(hostname: str) -> int:
-    """Marks lost the active terminals whose worker is gone; returns how many.
+def sessions_mark_lost(hostname: str, own_worker_id: str = "") -> dict[str, str]:
+    """Marks lost the active terminals whose worker is gone; returns the host of each one's worker, by terminal id.
 
     A worker is gone when its heartbeat is stale, or at once when it ran on
     this host and its process no longer exists (a crash and a quick restart).
+    The hosts tell the caller which terminals may have left processes on its own host.
+    A worker never marks its own terminals lost, however late its own heartbeat
+    (its database writes queue behind each other under load).
     """
-    live = [worker for worker in Worker.objects.live() if not _process_gone(worker, hostname)]
+    live = [worker.id for worker in Worker.objects.live() if not _process_gone(worker, hostname)]
+    if own_worker_id:
+        live.append(own_worker_id)
     orphans = list(
-        TerminalSession.objects.active().exclude(worker_id__in=[worker.id for worker in live]).values_list("id", flat=True)
+        TerminalSession.objects.active().exclude(worker_id__in=live)
+        .values_list("id", "worker__hostname")
     )
     now = timezone.now()
-    for session_id in orphans:
+    for session_id, _ in orphans:
         if TerminalSession.objects.filter(pk=session_id, status=Status.ACTIVE).update(status=LOST, ended=now):
             audit(SYSTEM, "lost", terminal_id=session_id, reason="its worker stopped answering")
-    return len(orphans)
+    return {str(session_id): host or "" for session_id, host in orphans}
+
+
+def sessions_lost_among(terminal_ids) -> list[str]:
+    """Which of these terminal ids (strings; anything that is not a terminal id is skipped) are lost."""
+    keys = []
+    for terminal_id in terminal_ids:
+        try:
+            keys.append(uuid.UUID(terminal_id))
+        except ValueError:
+            continue
+    lost = []
+    for start in range(0, len(keys), 500):  # a host may carry thousands: stay under SQLite's parameter limit
+        batch = keys[start : start + 500]
+        lost += [str(key) for key in
+                 TerminalSession.objects.filter(pk__in=batch, status=LOST).values_list("id", flat=True)]
+    return lost
 
 
 def _process_gone(worker: Worker, hostname: str) -> bool:

@@ -2,18 +2,53 @@
 
 DRF throttling is approximate under concurrency; hard limits (terminals per
 user, bytes per buffer) are enforced by the worker, not here.
+
+When the cache cannot be reached (Redis down or frozen), the throttle fails
+open: the request goes on uncounted. The throttle is a soft limit, and the same
+outage takes the channel layer down, so every request that needs a worker
+answers 503 WORKER_UNAVAILABLE anyway; what still works (the list, a terminal's
+record, the audit trail, health) reads only the database. Failing closed would
+turn a cache outage into a whole-API outage and protect nothing. After a
+failure the cache is skipped for CACHE_RETRY_SECONDS, so a frozen Redis costs
+one socket timeout per web process and period, not one per request.
 """
 
 from __future__ import annotations
 
+import logging
+import time
+
 from django.conf import settings
 from rest_framework.throttling import SimpleRateThrottle
+
+try:
+    from redis.exceptions import RedisError
+except ImportError:  # the embedded mode's local-memory cache needs no Redis client
+    RedisError = OSError
+
+logger = logging.getLogger(__name__)
+
+CACHE_ERRORS = (RedisError, OSError)  # redis-py's ConnectionError and TimeoutError are RedisErrors
+CACHE_RETRY_SECONDS = 5.0
+_cache_skipped_until = 0.0
 
 
 class ApiKeyRateThrottle(SimpleRateThrottle):
     """Counts every request of one API key."""
 
     scope = "api"
+
+    def allow_request(self, request, view) -> bool:
+        global _cache_skipped_until
+        if time.monotonic() < _cache_skipped_until:
+            return True
+        try:
+            return super().allow_request(request, view)
+        except CACHE_ERRORS as error:
+            _cache_skipped_until = time.monotonic() + CACHE_RETRY_SECONDS
+            logger.warning("throttle cache unreachable (%s: %s): requests pass uncounted for %g s",
+                           type(error).__name__, error, CACHE_RETRY_SECONDS)
+            return True
 
     def get_rate(self) -> str:
         # Read on every request rather than once at import, so a settings change applies.

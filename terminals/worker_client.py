@@ -12,7 +12,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 
 from . import protocol
-from .exceptions import WorkerUnavailable, from_code
+from .exceptions import ServiceError, WorkerUnavailable, from_code
 
 logger = logging.getLogger(__name__)
 
@@ -21,7 +21,7 @@ try:
 except ImportError:  # the embedded mode needs no Redis client
     RedisError = OSError
 
-# What a channel layer raises when its transport is down or full.
+# What a channel layer raises when its transport is down, frozen (the deadline passes) or full.
 TRANSPORT_ERRORS = (TimeoutError, ChannelFull, OSError, RedisError)
 
 
@@ -35,11 +35,18 @@ async def request(channel: str, message_type: str, reply_within: float | None = 
     layer = get_channel_layer()
     try:
         return await asyncio.wait_for(_exchange(layer, channel, message_type, timeout, fields), timeout)
+    except ServiceError:
+        raise  # the worker answered, with an error of its own
+    except TimeoutError:
+        logger.warning("worker request %s to %s got no reply within %g s", message_type, channel, timeout)
+        message = f"No terminal worker answered within {timeout:g} s"
     except TRANSPORT_ERRORS as error:
-        logger.warning("worker request %s to %s failed: %r", message_type, channel, error)
-        raise WorkerUnavailable(
-            f"No terminal worker answered within {timeout:g} s", {"request": message_type}
-        ) from None
+        logger.warning("worker request %s to %s failed: %s: %s", message_type, channel, type(error).__name__, error)
+        message = f"The terminal workers cannot be reached ({type(error).__name__} on the channel layer)"
+    except Exception as error:  # noqa: BLE001 - whatever else the channel layer raises: a 503, never a 500
+        logger.exception("worker request %s to %s failed", message_type, channel)
+        message = f"The terminal workers cannot be reached ({type(error).__name__} on the channel layer)"
+    raise WorkerUnavailable(message, {"request": message_type})
 
 
 async def _exchange(layer, channel: str, message_type: str, timeout: float, fields: dict) -> dict:

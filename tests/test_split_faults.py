@@ -3,10 +3,11 @@
 import signal
 import sys
 import time
+from datetime import datetime, timedelta
 
 import pytest
 
-from terminals.runtime.processes import session_members
+from terminals.runtime.processes import command_line, marked_processes, session_members
 
 from .client import Api
 from .servers import ServiceProcess, service_env, start_split, wait_for
@@ -23,10 +24,11 @@ def split(orm, settings):
     server.stop()
 
 
-def start_worker(server) -> ServiceProcess:
-    environment = service_env(
-        REDIS_URL=server.redis_url, TERMINALS_WORKER_TIMEOUT_MS=str(TIMEOUT_MS), TERMINALS_HEARTBEAT_INTERVAL_MS="300"
-    )
+def start_worker(server, **env: str) -> ServiceProcess:
+    environment = service_env(**{
+        "REDIS_URL": server.redis_url, "TERMINALS_WORKER_TIMEOUT_MS": str(TIMEOUT_MS),
+        "TERMINALS_HEARTBEAT_INTERVAL_MS": "300", **env,
+    })
     worker = ServiceProcess(f"worker{len(server.processes)}", [sys.executable, "manage.py", "terminal_worker"], environment)
     server.processes.insert(0, worker)
     worker.wait_for_log("ready on")
@@ -102,3 +104,97 @@ def test_terminals_spread_over_workers_and_every_web_process_reaches_them(orm, k
         first.cleanup()
     finally:
         server.stop()
+
+
+# A killed worker's terminals: lost by heartbeat, and nothing of theirs left running
+
+
+MARKER = "TERMINALS_TERMINAL_ID"  # in the environment of every process a terminal starts
+LOST_WITHIN = 30.0  # the promise, at the default heartbeat interval
+DEFAULT_HEARTBEAT_MS = 5000
+# Three ways out of the shell's reach: immune to the hangup, a session of its own, a parent that is gone.
+ESCAPES = "nohup sleep 1001 >/dev/null 2>&1 & setsid sleep 1002 & (sleep 1003 &)"
+ESCAPED = {"sleep 1001", "sleep 1002", "sleep 1003"}
+
+
+# Without control groups: the processes carry only their marker, which is what the workers go by here. (With
+# cgroups, any worker starting on this host, of any deployment, also empties a dead worker's groups.)
+NO_CGROUPS = {"TERMINALS_CGROUPS": "false"}
+
+
+@pytest.fixture
+def two_workers(orm):
+    """Two workers and the default heartbeat (5 s): the deployment the promise is about."""
+    server = start_split(webs=1, workers=2, **NO_CGROUPS)
+    yield server
+    server.stop()
+
+
+def _left_running(terminal_id: str) -> dict[int, str]:
+    """The live processes on this host that carry the terminal's marker, with their command lines."""
+    return {pid: command_line(pid) for pid in marked_processes(MARKER).get(terminal_id, [])}
+
+
+def _terminal_with_escapees(api: Api) -> tuple[str, str]:
+    """A bash terminal that has started ESCAPED (and checked that they did escape); returns its id and worker."""
+    terminal = api.create(shell="/bin/bash")
+    api.send(terminal["terminalId"], ESCAPES)
+    wait_for(lambda: ESCAPED <= set(_left_running(terminal["terminalId"]).values()), 10, "the escapees to start")
+    by_command = {command: pid for pid, command in _left_running(terminal["terminalId"]).items()}
+    assert by_command["sleep 1002"] not in session_members(terminal["pid"])  # setsid: a session of its own
+    assert _parent(by_command["sleep 1003"]) != terminal["pid"]  # double fork: the shell is not its parent
+    return terminal["terminalId"], api.get(f"/api/terminals/{terminal['terminalId']}").json()["data"]["worker"]
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[1])
+
+
+def _process_of(server, worker_id: str) -> ServiceProcess:
+    return next(process for process in server.processes if f"terminal worker {worker_id} ready" in process.log())
+
+
+def test_a_killed_workers_terminals_are_lost_by_heartbeat_and_a_restart_ends_what_they_left(two_workers, keys):
+    """SIGKILL a worker whose row says it ran on another host, so the survivor has only its heartbeat to go by:
+    the terminal is lost within 30 s at the default interval, three intervals after the last beat. Its nohup,
+    setsid and double-forked processes outlive the kill; a worker starting on this host ends them all."""
+    from terminals.models import Worker
+
+    server = two_workers
+    api = Api(server.url, keys["alice"])
+    terminal, host = _terminal_with_escapees(api)
+    # Relabelled before the kill, so no check can see the process gone: only the silence counts.
+    Worker.objects.filter(pk=host).update(hostname="elsewhere.invalid")
+    _process_of(server, host).stop(signal.SIGKILL)
+    killed = time.monotonic()
+
+    record = api.wait_status(terminal, "lost", timeout=LOST_WITHIN)
+    took = time.monotonic() - killed
+    ended = datetime.fromisoformat(record["ended"].replace("Z", "+00:00"))
+    last_beat = Worker.objects.get(pk=host).last_seen
+    assert ended - last_beat >= timedelta(milliseconds=3 * DEFAULT_HEARTBEAT_MS - 10), (ended, last_beat)
+    # The survivor cannot reach another host's processes; here they are still running.
+    assert ESCAPED <= set(_left_running(terminal).values())
+
+    started = time.monotonic()
+    start_worker(server, TERMINALS_HEARTBEAT_INTERVAL_MS=str(DEFAULT_HEARTBEAT_MS), **NO_CGROUPS)
+    assert _left_running(terminal) == {}
+    print(f"\nlost {took:.1f} s after SIGKILL; leftovers gone {time.monotonic() - started:.1f} s after the restart")
+    assert api.run(api.create(shell="/bin/bash")["terminalId"], "echo alive") == "alive"
+    api.cleanup()
+
+
+def test_a_worker_on_the_same_host_ends_what_a_killed_workers_terminals_left_when_it_marks_them_lost(
+        two_workers, keys):
+    """SIGKILL a worker on this host: the surviving worker sees its process gone at its next beat, marks the
+    terminal lost and kills its nohup, setsid and double-forked processes at once, with no restart."""
+    server = two_workers
+    api = Api(server.url, keys["alice"])
+    terminal, host = _terminal_with_escapees(api)
+    _process_of(server, host).stop(signal.SIGKILL)
+    killed = time.monotonic()
+    api.wait_status(terminal, "lost", timeout=DEFAULT_HEARTBEAT_MS / 1000 + 5)
+    wait_for(lambda: _left_running(terminal) == {}, 5, "the lost terminal's processes to be killed")
+    print(f"\nlost and reaped {time.monotonic() - killed:.1f} s after SIGKILL")
+    api.cleanup()

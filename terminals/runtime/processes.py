@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import platform
 import signal
+import time
+from collections.abc import Iterable
 
 PROC = "/proc"
 
@@ -39,6 +41,63 @@ def terminal_members(session_id: int, marker: bytes | None) -> list[int]:
         if fields[3] == str(session_id) or (marker is not None and _carries(int(name), marker)):
             members.append(int(name))
     return members
+
+
+def marked_processes(variable: str) -> dict[str, list[int]]:
+    """The live processes whose environment sets variable, by its value: {value: [pid, ...]}.
+
+    With the terminal marker (TERMINALS_TERMINAL_ID) it finds what every terminal started, whichever process
+    started the terminal and whether or not that process still exists. Processes whose environment this process
+    may not read (other users') are not seen.
+    """
+    prefix = b"\0" + variable.encode() + b"="
+    found: dict[str, list[int]] = {}
+    own = os.getpid()
+    for name in os.listdir(PROC):
+        if not name.isdigit() or int(name) == own:
+            continue
+        fields = _stat_fields(int(name))
+        if not fields or fields[0] == "Z":
+            continue
+        try:
+            with open(f"{PROC}/{name}/environ", "rb") as environ:
+                text = b"\0" + environ.read()
+        except OSError:
+            continue
+        start = text.find(prefix)  # the first one, as getenv() reads it
+        if start < 0:
+            continue
+        value = text[start + len(prefix) :].split(b"\0", 1)[0].decode("utf-8", "replace")
+        found.setdefault(value, []).append(int(name))
+    return found
+
+
+def kill_marked(variable: str, values: Iterable[str], *, settle: float = 2.0) -> list[int]:
+    """SIGKILLs every live process whose environment sets variable to one of values; returns their pids.
+
+    Scans again after each round, since a process may fork between a scan and its kill, until none is left or
+    settle seconds have passed. The killed are reaped by their parents, or by init once the parents are gone.
+    """
+    wanted = set(values)
+    killed: list[int] = []
+    refused: set[int] = set()
+    deadline = time.monotonic() + settle
+    while True:
+        pids = [pid for value, members in marked_processes(variable).items() if value in wanted
+                for pid in members if pid not in refused]
+        if not pids or time.monotonic() > deadline:
+            return killed
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                continue  # it ended between the scan and the signal
+            except PermissionError:
+                refused.add(pid)  # another user's: not ours to end
+                continue
+            if pid not in killed:
+                killed.append(pid)
+        time.sleep(0.01)  # the signal is delivered asynchronously; let the kernel mark them dead
 
 
 def _carries(pid: int, marker: bytes) -> bool:
