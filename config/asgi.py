@@ -13,6 +13,10 @@ from django.urls import path  # noqa: E402
 
 from terminals.consumers import TerminalConsumer  # noqa: E402
 from terminals.embedded import WithEmbeddedWorker  # noqa: E402
+from terminals.redaction import redact_access_log  # noqa: E402
+
+# daphne's access log writes each request's URL; a key a client put in one is masked there.
+redact_access_log()
 
 websocket_routes = URLRouter([path("ws/terminals/<str:terminal_id>/", TerminalConsumer.as_asgi())])
 

@@ -30,4 +30,4 @@ read -r pg_dir pg_url < <(bash scripts/postgres.sh start)
 trap 'bash scripts/postgres.sh stop "$pg_dir"' EXIT
 DATABASE_URL="$pg_url" .venv/bin/python -m pytest --cov --cov-append --cov-report=term \
   tests/test_e2e_lifecycle.py tests/test_audit_chain.py tests/test_worker.py tests/test_api_auth.py \
-  tests/test_restart.py tests/test_acp.py
+  tests/test_restart.py tests/test_acp.py tests/test_load.py tests/test_zz_no_secrets.py

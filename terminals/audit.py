@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
+from django.db import DatabaseError
+
+from .exceptions import AuditUnavailable
 from .models import AuditEvent, key_prefix
+from .redaction import redact
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -53,16 +60,21 @@ def client_address(request) -> str:
 
 
 def audit(actor: Actor, action: str, *, outcome: str = "ok", terminal_id=None, **details) -> AuditEvent:
-    return AuditEvent.objects.create(
-        user=actor.user,
-        username=actor.username,
-        key_prefix=actor.key_prefix,
-        source=actor.source,
-        action=action,
-        terminal_id=terminal_id,
-        outcome=outcome,
-        details=details,
-    )
+    """Writes one audit event; raises AuditUnavailable (503) when the database refuses it."""
+    try:
+        return AuditEvent.objects.create(
+            user=actor.user,
+            username=actor.username,
+            key_prefix=actor.key_prefix,
+            source=actor.source,
+            action=action,
+            terminal_id=terminal_id,
+            outcome=outcome,
+            details=details,
+        )
+    except DatabaseError as error:
+        logger.error("audit event %s for terminal %s could not be written: %s", action, terminal_id or "-", error)
+        raise AuditUnavailable(details={"action": action}) from error
 
 
 def audit_refusal(request, view, error) -> None:
@@ -80,7 +92,8 @@ def audit_refusal(request, view, error) -> None:
         action=str(action),
         terminal_id=_uuid_or_none(kwargs.get("pk")),
         outcome=error.default_code,
-        details={"method": request.method, "path": request.path, "message": error.message},
+        # The path and the message may quote a key the client put in the wrong place.
+        details={"method": request.method, "path": redact(request.path), "message": redact(error.message)},
     )
 
 

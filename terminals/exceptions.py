@@ -10,6 +10,8 @@ from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
+from .redaction import redact, redact_data
+
 logger = logging.getLogger(__name__)
 
 
@@ -21,9 +23,11 @@ class ServiceError(exceptions.APIException):
     default_detail = "Internal error"
 
     def __init__(self, message: str | None = None, details: dict | None = None) -> None:
-        super().__init__(message or self.default_detail, self.default_code)
-        self.message = message or self.default_detail
-        self.details = details or {}
+        # A message can quote what the client sent (a terminal id, say); a key sent in its place is masked.
+        message = redact(message or self.default_detail)
+        super().__init__(message, self.default_code)
+        self.message = message
+        self.details = redact_data(details or {})
 
 
 class TerminalNotFound(ServiceError):
@@ -75,8 +79,12 @@ class InvalidInput(ServiceError):
 
 
 class WriteFailed(ServiceError):
-    """Input could not be delivered to the terminal."""
+    """Input could not be delivered to the terminal: its queue is full, or nothing reads it any more.
 
+    409, not 500: the terminal's state refuses the input, the service is fine.
+    """
+
+    status_code = status.HTTP_409_CONFLICT
     default_code = "WRITE_FAILED"
     default_detail = "Writing to the terminal failed"
 
@@ -139,6 +147,14 @@ class WorkerUnavailable(ServiceError):
     default_detail = "The terminal worker did not answer in time"
 
 
+class AuditUnavailable(ServiceError):
+    """The audit trail could not be written (database locked past its busy timeout, disk error...): nothing was done."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_code = "AUDIT_UNAVAILABLE"
+    default_detail = "The audit trail cannot be written at the moment; the request was not carried out"
+
+
 class NotFound(ServiceError):
     """No such endpoint."""
 
@@ -166,7 +182,9 @@ def from_code(code: str, message: str, details: dict | None = None) -> ServiceEr
 
 
 def envelope(code: str, message: str, details: dict | None = None) -> dict:
-    return {"success": False, "error": {"code": code, "message": message, "details": details or {}}}
+    # An error can quote what the client sent (a path, a field); a key sent in the wrong place is not echoed.
+    details = redact_data(details or {})
+    return {"success": False, "error": {"code": code, "message": redact(message), "details": details}}
 
 
 def as_service_error(exc: Exception) -> ServiceError:
@@ -225,7 +243,7 @@ def exception_handler(exc: Exception, context: dict) -> Response:
     if isinstance(error, Unauthorized):
         headers["WWW-Authenticate"] = "Api-Key"
     request = context.get("request")
-    if request is not None:
+    if request is not None and not isinstance(error, AuditUnavailable):  # its refusal could not be written either
         try:
             audit_refusal(request, context.get("view"), error)
         except Exception:  # noqa: BLE001 - the refusal is still answered when the audit cannot be written

@@ -14,6 +14,7 @@ from . import sessions
 from .audit import Actor
 from .exceptions import InvalidInput
 from .models import AuditEvent
+from .redaction import redact
 from .throttling import ApiKeyRateThrottle, CreateRateThrottle
 
 ERRORS = {code: s.ErrorEnvelope for code in (400, 401, 404, 409, 429, 500, 503)}
@@ -212,8 +213,9 @@ class AuditPagination(pagination.PageNumberPagination):
     max_page_size = 1000
 
     def get_paginated_response(self, data):
-        return ok({"count": self.page.paginator.count, "next": self.get_next_link(),
-                   "previous": self.get_previous_link(), "events": data})
+        # The links repeat the query string: a key a client put there is not handed back.
+        return ok({"count": self.page.paginator.count, "next": redact(self.get_next_link()),
+                   "previous": redact(self.get_previous_link()), "events": data})
 
     def get_paginated_response_schema(self, schema):
         return {

@@ -37,12 +37,19 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.02):
         time.sleep(interval)
 
 
+# Everything the run started and every API key it made, for tests/test_zz_no_secrets.py to check at the end.
+STARTED: list[ServiceProcess] = []
+KEYS_MADE: list[str] = []
+
+
 class ServiceProcess:
     """A child process whose output goes to a log file the tests can read."""
 
     def __init__(self, name: str, args: list[str], env: dict[str, str]) -> None:
         self.name = name
+        self.env = env
         self.log_path = Path(tempfile.mkstemp(prefix=f"{name}-", suffix=".log")[1])
+        STARTED.append(self)
         self._log = open(self.log_path, "wb")
         self.process = subprocess.Popen(args, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
 
@@ -89,6 +96,7 @@ def service_env(**overrides: str) -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("TERMINALS_THROTTLE_RATE", "100000/min")
     env.setdefault("TERMINALS_CREATE_THROTTLE_RATE", "100000/min")
+    env.setdefault("TERMINALS_ACCESS_LOG", "true")  # every URL lands in the log, where the secrets test looks
     env.update(overrides)
     return env
 
@@ -128,11 +136,12 @@ def start_embedded(**env: str) -> Server:
     return server
 
 
-def start_redis() -> tuple[ServiceProcess, str]:
+def start_redis(port: int | None = None) -> tuple[ServiceProcess, str]:
+    """redis-server on a free port, or on port (to bring back a Redis that was stopped), empty either way."""
     binary = shutil.which("redis-server")
     if binary is None:
         raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
-    port = free_port()
+    port = port or free_port()
     process = ServiceProcess(
         "redis",
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],

@@ -47,6 +47,7 @@ class Command(BaseCommand):
     def run_daphne(self, host: str, port: int, key: str | None) -> None:
         from daphne.server import Server  # installs Twisted's asyncio reactor: import it first
 
+        from daphne.access import AccessLogGenerator
         from twisted.internet import defer, reactor
 
         from config.asgi import application
@@ -85,6 +86,7 @@ class Command(BaseCommand):
             signal_handlers=True,
             ready_callable=start_worker,
             application_close_timeout=5,
+            action_logger=AccessLogGenerator(sys.stdout) if settings.ACCESS_LOG else None,
         )
         reactor.addSystemEventTrigger("before", "shutdown", stop_worker)
         server.run()
