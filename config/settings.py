@@ -87,7 +87,8 @@ def _database(url: str) -> dict:
         # up front, so concurrent writers wait (busy timeout) instead of failing
         # with "database is locked" half-way through a transaction.
         database["OPTIONS"] = {
-            "timeout": 30,
+            # How long a writer waits for the lock before "database is locked" (an audit write then answers 503).
+            "timeout": env_int("TERMINALS_DB_BUSY_TIMEOUT_MS", 30_000) / 1000,
             "transaction_mode": "IMMEDIATE",
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         }
@@ -98,18 +99,27 @@ DATABASES = {"default": _database(os.getenv("DATABASE_URL") or f"sqlite:///{DATA
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 if REDIS_URL:
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            # The read timeout must outlast channels_redis's 5 s blocking pop; connecting fails fast.
+            # The read timeout must outlast channels_redis's 5 s blocking pop; connecting fails fast. A command
+            # on a pooled connection that Redis closed (it restarted) is tried once more, on a new connection.
             "CONFIG": {
-                "hosts": [{"address": REDIS_URL, "socket_timeout": 15, "socket_connect_timeout": 2}],
+                "hosts": [{"address": REDIS_URL, "socket_timeout": 15, "socket_connect_timeout": 2,
+                           "retry": Retry(NoBackoff(), 1, (RedisConnectionError,))}],
                 "capacity": 1000,
                 "expiry": 30,
             },
         }
     }
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+    # Throttle counts only: short timeouts, so a frozen Redis delays a request by a second at most (throttling.py
+    # then lets requests through uncounted for a while).
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+                          "OPTIONS": {"socket_timeout": 1, "socket_connect_timeout": 1}}}
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 1000}}}
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
@@ -166,10 +176,14 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # An API key sent in the wrong place (a URL, say) is masked in every log line.
+    "filters": {"secrets": {"()": "terminals.redaction.RedactSecrets"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["secrets"]}},
     "root": {"handlers": ["console"], "level": os.getenv("LOG_LEVEL", "INFO").upper()},
     "loggers": {"daphne": {"level": "WARNING"}, "django.channels.server": {"level": "WARNING"}},
 }
+# `manage.py serve` writes daphne's access log (one line per request, with the URL, keys masked) to stdout.
+ACCESS_LOG = env_bool("TERMINALS_ACCESS_LOG", False)
 
 # The service's own settings. Names from the REST contract (MAX_BUFFER_SIZE,
 # SESSION_TIMEOUT, HOST, PORT) are kept as they are; the rest share the TERMINALS_ prefix.
@@ -199,6 +213,16 @@ TERMINALS = {
     "MAX_READ_BYTES": env_int("TERMINALS_MAX_READ_BYTES", 1 << 20, minimum=1),
     "WORKER_TIMEOUT_MS": env_int("TERMINALS_WORKER_TIMEOUT_MS", 5000, minimum=100),
     "HEARTBEAT_INTERVAL_MS": env_int("TERMINALS_HEARTBEAT_INTERVAL_MS", 5000, minimum=100),
+    # Who terminals run as: empty = the service's own account; a name = that account;
+    # "per-user" = the account named TERMINALS_RUN_AS_PREFIX + the Django username.
+    "RUN_AS": os.getenv("TERMINALS_RUN_AS", "").strip(),
+    "RUN_AS_PREFIX": os.getenv("TERMINALS_RUN_AS_PREFIX", ""),
+    # Per-terminal limits (0 = none). Processes, memory and CPU are enforced by cgroups where writable.
+    "LIMIT_PROCESSES": env_int("TERMINALS_LIMIT_PROCESSES", 512, minimum=0),
+    "LIMIT_OPEN_FILES": env_int("TERMINALS_LIMIT_OPEN_FILES", 4096, minimum=0),
+    "LIMIT_MEMORY_MB": env_int("TERMINALS_LIMIT_MEMORY_MB", 2048, minimum=0),
+    "LIMIT_CPU_CORES": float(os.getenv("TERMINALS_LIMIT_CPU_CORES", "0") or 0),
+    "CGROUPS": env_bool("TERMINALS_CGROUPS", True),
     # Embedded mode hosts terminals inside the web process; split mode (REDIS_URL) in terminal_worker processes.
     "EMBEDDED_WORKER": env_bool("TERMINALS_EMBEDDED_WORKER", not REDIS_URL),
 }

@@ -8,3 +8,22 @@ class TerminalsConfig(AppConfig):
 
     def ready(self) -> None:
         from . import schema  # noqa: F401 - registers the OpenAPI extensions
+        from .runtime.confinement import make_undumpable
+
+        # Every process holding the settings (web, worker, commands): terminals must not read them from /proc.
+        make_undumpable()
+        _keep_data_private()
+
+
+def _keep_data_private() -> None:
+    """The data directory (the SQLite database, its WAL) is the service's alone: no other account may enter it."""
+    import os
+
+    from django.conf import settings
+
+    data_dir = getattr(settings, "DATA_DIR", None)
+    if data_dir is not None and os.path.isdir(data_dir):
+        try:
+            os.chmod(data_dir, 0o700)
+        except OSError:
+            pass  # not ours to change; SECURITY.md says to keep it private

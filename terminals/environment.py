@@ -10,7 +10,8 @@ from pathlib import Path
 
 from django.conf import settings
 
-from .exceptions import InvalidInput
+from .exceptions import Forbidden, InvalidInput
+from .runtime.confinement import Account
 
 ETC_SHELLS = "/etc/shells"
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -71,6 +72,22 @@ def _is_executable(path: str) -> bool:
     return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
+def run_as_account(username: str) -> Account | None:
+    """The Unix account a user's terminals run as under TERMINALS_RUN_AS; None: the service's own."""
+    policy = settings.TERMINALS["RUN_AS"]
+    if not policy:
+        return None
+    name = settings.TERMINALS["RUN_AS_PREFIX"] + username if policy == "per-user" else policy
+    try:
+        account = Account.lookup(name)
+    except KeyError:
+        raise Forbidden(f"there is no Unix account {name!r} for terminals to run as", {"account": name}) from None
+    if policy == "per-user" and account.uid == 0:
+        # A Django user named "root" must not get a root shell by its name alone.
+        raise Forbidden(f"terminals of user {username!r} would run as root; refused", {"account": name})
+    return account
+
+
 def cwd_root() -> Path | None:
     root = settings.TERMINALS["CWD_ROOT"]
     return Path(root).resolve() if root else None
@@ -82,11 +99,17 @@ def default_cwd() -> str:
     return configured or (str(root) if root else os.getcwd())
 
 
-def resolve_cwd(cwd: str | None) -> str:
-    """Returns the real path of an existing directory, inside TERMINALS_CWD_ROOT when that is set."""
+def resolve_cwd(cwd: str | None, account: Account | None = None) -> str:
+    """Returns the real path of an existing directory, inside TERMINALS_CWD_ROOT when that is set.
+
+    With an account, the default is its home directory (when nothing else is configured) and
+    the directory must be one the account can enter.
+    """
     root = cwd_root()
     if not cwd:
-        cwd = default_cwd()
+        configured = settings.TERMINALS["DEFAULT_CWD"] or (str(root) if root else "")
+        home_fits = account is not None and os.path.isdir(account.home) and account.can_enter(account.home)
+        cwd = configured or (account.home if home_fits else default_cwd())
     if "\x00" in cwd:
         raise invalid("cwd", "must not contain NUL")
     base = root or Path(default_cwd())
@@ -98,6 +121,8 @@ def resolve_cwd(cwd: str | None) -> str:
         raise invalid("cwd", f"{cwd!r} is not an existing directory")
     if not os.access(path, os.X_OK):
         raise invalid("cwd", f"{cwd!r} cannot be entered")
+    if account is not None and not account.can_enter(str(path)):
+        raise invalid("cwd", f"{cwd!r} cannot be entered by account {account.name!r}")
     return str(path)
 
 
@@ -115,9 +140,11 @@ def validate_env(env: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def build_env(requested: dict[str, str], *, shell: str) -> dict[str, str]:
+def build_env(requested: dict[str, str], *, shell: str, account: Account | None = None) -> dict[str, str]:
     """The terminal's environment: the inherited allowlist, the defaults, then the caller's own."""
     env = {name: os.environ[name] for name in INHERITED_VARIABLES if name in os.environ and name != "TZ"}
+    if account is not None:
+        env.update(HOME=account.home, USER=account.name, LOGNAME=account.name)
     if settings.ORIGINAL_TZ:
         env["TZ"] = settings.ORIGINAL_TZ
     env.setdefault("PATH", os.defpath)

@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 
 from django.conf import settings
-from django.db import connection
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from . import protocol, worker_client
 from .audit import Actor, audit
-from .environment import build_env, invalid, resolve_cwd, resolve_program, resolve_shell, shell_argv, validate_env
-from .exceptions import ServiceError, TerminalInactive, TerminalNotFound, WorkerUnavailable
+from .environment import (build_env, invalid, resolve_cwd, resolve_program, resolve_shell, run_as_account, shell_argv,
+                          validate_env)
+from .exceptions import AuditUnavailable, ServiceError, TerminalInactive, TerminalNotFound, WorkerUnavailable
 from .models import TerminalSession
 from .records import session_data
 
 STARTED = time.monotonic()
+logger = logging.getLogger(__name__)
 
 
 # Looking terminals up
@@ -69,9 +72,18 @@ def _hosting_channel(record: TerminalSession) -> str:
             f"Terminal {record.id} was {('released' if record.released else record.status)}",
             {"status": record.status},
         )
-    if record.worker is None or not record.worker.is_live():
+    if record.worker is None or not (_hosted_here(record) or record.worker.is_live()):
         raise WorkerUnavailable(f"The worker hosting terminal {record.id} is not answering", {"terminalId": str(record.id)})
     return record.worker.channel
+
+
+def _hosted_here(record: TerminalSession) -> bool:
+    """Whether the terminal lives in this process's embedded worker, which is alive whatever its heartbeat says:
+    under load the heartbeat waits behind the worker's other database writes and can be late."""
+    from .embedded import current_worker
+
+    worker = current_worker()
+    return worker is not None and worker.id == record.worker_id
 
 
 def _ask_worker(record: TerminalSession, message_type: str, reply_within: float | None = None, **fields) -> dict:
@@ -80,6 +92,32 @@ def _ask_worker(record: TerminalSession, message_type: str, reply_within: float 
     except TerminalNotFound:
         # The record exists but its worker no longer holds it: it ended and was freed.
         raise TerminalInactive(f"Terminal {record.id} is no longer held by its worker") from None
+
+
+def require_audit_writable() -> None:
+    """Refuses up front (503 AUDIT_UNAVAILABLE) an action whose audit row can only be written after it.
+
+    Takes the database's write lock and lets it go: when the database is locked past its busy timeout,
+    or down, the request stops here, before a process is started, ended or signalled.
+    """
+    try:
+        with transaction.atomic():
+            pass
+    except DatabaseError as error:
+        logger.error("the audit trail cannot be written, request refused: %s", error)
+        raise AuditUnavailable() from error
+
+
+def _discard(terminal_id: str) -> None:
+    """Ends at once a terminal that was started but could not be put on record."""
+    record = TerminalSession.objects.select_related("worker").filter(pk=terminal_id).first()
+    if record is None or record.worker is None:
+        return
+    try:
+        worker_client.request_sync(record.worker.channel, protocol.TERMINATE, worker_client.default_timeout() + 5,
+                                   id=terminal_id, signal="SIGKILL", grace=0.0)
+    except ServiceError as error:
+        logger.error("terminal %s, started without an audit row, could not be ended: %s", terminal_id, error.message)
 
 
 # Use cases
@@ -101,10 +139,11 @@ def session_create(
     session_id="",
 ) -> dict:
     """Starts a shell, or with command a program run directly (no shell in between)."""
-    directory = resolve_cwd(cwd)
+    account = run_as_account(actor.user.get_username())
+    directory = resolve_cwd(cwd, account)
     requested_env = validate_env(env or {})
     if command:
-        environment = build_env(requested_env, shell="")
+        environment = build_env(requested_env, shell="", account=account)
         program = resolve_program(command, environment["PATH"], directory)
         fields = {"kind": "command", "shell": "", "command": program, "args": list(args or []),
                   "argv": [program, *(args or [])], "pty": pty}
@@ -112,9 +151,10 @@ def session_create(
         if not pty:
             raise invalid("pty", "a shell needs a PTY; pty: false is for commands")
         shell_path = resolve_shell(shell)
-        environment = build_env(requested_env, shell=shell_path)
+        environment = build_env(requested_env, shell=shell_path, account=account)
         fields = {"kind": "shell", "shell": shell_path, "argv": shell_argv(shell_path)}
     terminal_id = str(uuid.uuid4())
+    require_audit_writable()
     data = worker_client.request_sync(
         protocol.CREATE_CHANNEL,
         protocol.CREATE,
@@ -128,10 +168,16 @@ def session_create(
         rows=rows,
         output_byte_limit=output_byte_limit,
         session_id=session_id or "",
+        run_as=account.name if account is not None else "",
         **fields,
     )
-    audit(actor, "create", terminal_id=terminal_id, shell=fields["shell"], command=fields.get("command", ""),
-          args=fields.get("args", []), cwd=directory, name=name or "", pid=data["pid"], env=sorted(requested_env))
+    try:
+        audit(actor, "create", terminal_id=terminal_id, shell=fields["shell"], command=fields.get("command", ""),
+              run_as=account.name if account is not None else "",
+              args=fields.get("args", []), cwd=directory, name=name or "", pid=data["pid"], env=sorted(requested_env))
+    except AuditUnavailable:
+        _discard(terminal_id)  # no terminal runs off the record
+        raise
     return data
 
 
@@ -158,10 +204,14 @@ def session_write(*, actor: Actor, terminal_id, text: str, append_newline: bool 
     if len(text.encode("utf-8", errors="surrogatepass")) > settings.TERMINALS["MAX_INPUT_BYTES"]:
         raise invalid("input", f"longer than {settings.TERMINALS['MAX_INPUT_BYTES']} bytes")
     data = normalize_input(text, append_newline=append_newline)
-    # The audit row is written before the bytes reach the terminal.
+    # The audit row is written before the bytes reach the terminal; when it cannot be, audit() raises
+    # AuditUnavailable (503) and nothing is sent.
     audit(actor, "input", terminal_id=record.id, outcome="sent", input=data, **({"close": True} if close else {}))
     reply = _ask_worker(record, protocol.INPUT, data=data, close=close)
-    TerminalSession.objects.filter(pk=record.pk).update(last_activity=timezone.now())
+    try:
+        TerminalSession.objects.filter(pk=record.pk).update(last_activity=timezone.now())
+    except DatabaseError as error:  # the input went through; the worker's heartbeat records the activity too
+        logger.warning("last activity of terminal %s not recorded: %s", record.id, error)
     return {"terminalId": str(record.id), **reply}
 
 
@@ -188,6 +238,7 @@ def session_terminate(
     signal = "SIGKILL" if force else signal
     grace = 0.0 if force else (None if grace_ms is None else grace_ms / 1000)
     kill_grace = settings.TERMINALS["KILL_GRACE_MS"] / 1000 if grace is None else grace
+    require_audit_writable()
     # The worker may take the whole grace period and then a few seconds to reap.
     data = _ask_worker(record, protocol.TERMINATE, worker_client.default_timeout() + kill_grace + 5,
                        signal=signal, grace=grace)
@@ -229,6 +280,7 @@ def session_screen(*, actor: Actor, terminal_id) -> dict:
 def session_resize(*, actor: Actor, terminal_id, cols: int, rows: int) -> dict:
     record = session_get_for(user=actor.user, terminal_id=terminal_id)
     _require_active(record)
+    require_audit_writable()
     data = _ask_worker(record, protocol.RESIZE, cols=cols, rows=rows)
     audit(actor, "resize", terminal_id=record.id, cols=cols, rows=rows)
     return data
@@ -238,6 +290,7 @@ def session_signal(*, actor: Actor, terminal_id, signal: str) -> dict:
     """Sends a signal to the terminal's foreground process group, as Ctrl-C does."""
     record = session_get_for(user=actor.user, terminal_id=terminal_id)
     _require_active(record)
+    require_audit_writable()
     data = _ask_worker(record, protocol.SIGNAL, signal=signal)
     audit(actor, "signal", terminal_id=record.id, signal=signal, processGroup=data["processGroup"])
     return data
@@ -263,6 +316,7 @@ def session_kill(*, actor: Actor, terminal_id, signal: str = "SIGKILL") -> dict:
     """Ends the terminal's processes but keeps its output readable (the Agent Client Protocol's kill)."""
     record = session_get_for(user=actor.user, terminal_id=terminal_id)
     kill_grace = settings.TERMINALS["KILL_GRACE_MS"] / 1000
+    require_audit_writable()
     data = _ask_worker(record, protocol.KILL, worker_client.default_timeout() + kill_grace + 5, signal=signal)
     audit(actor, "kill", terminal_id=record.id, signal=signal, exitCode=data["exitCode"], endSignal=data["signal"])
     return data
@@ -298,7 +352,7 @@ def health() -> dict:
     database_ok = _database_answers()
     try:
         ping = worker_client.request_sync(protocol.CREATE_CHANNEL, protocol.PING, reply_within=2.0)
-        worker = {"ok": True, "id": ping["worker"]}
+        worker = {"ok": True, "id": ping["worker"], "isolation": ping.get("isolation")}
     except ServiceError as error:
         worker = {"ok": False, "error": error.default_code}
     active = TerminalSession.objects.active().count() if database_ok else None

@@ -18,9 +18,10 @@ from django.conf import settings
 from django.db import close_old_connections
 
 from . import protocol, records
+from .runtime import confinement as confine
 from .runtime.errors import TerminalError
 from .runtime.manager import Limits, SessionManager
-from .runtime.processes import signal_number
+from .runtime.processes import kill_marked, marked_processes, signal_number
 from .runtime.pty import ExitStatus, SpawnSpec
 from .runtime.buffer import OutputBuffer
 from .runtime.commands import Command
@@ -45,6 +46,10 @@ def _stop_ignoring_signals() -> None:
     for signum in INHERITABLE_IGNORES:
         if signal.getsignal(signum) == signal.SIG_IGN:
             signal.signal(signum, lambda *_: None)
+
+
+# Backoff of a listen loop whose channel layer fails (seconds): doubling from the first to the second.
+LISTEN_RETRY_MIN, LISTEN_RETRY_MAX = 0.05, 1.0
 
 
 class InvalidRequest(TerminalError):
@@ -76,6 +81,59 @@ def _buffer(session, stream: str | None) -> OutputBuffer:
     if not hasattr(session, "buffer_for"):
         raise InvalidRequest("stream: only a terminal without a PTY keeps stdout and stderr apart")
     return session.buffer_for(stream)
+
+
+class AccountUnavailable(TerminalError):
+    """The Unix account a terminal is to run as does not exist here, or this worker cannot switch to it."""
+
+    code = "FORBIDDEN"
+
+
+FIRST_PROMPT_WAIT_SECONDS = 2.0  # within the web side's deadline, which allows the worker timeout on top
+CGROUP_PREFIX = "terminals-worker-"  # + the worker's pid: a group whose pid is gone belonged to a killed worker
+
+
+def confinement_from_settings() -> confine.Confinement:
+    """The limits every terminal gets, and the control groups that enforce them where the machine lets us."""
+    config = settings.TERMINALS
+    limits = confine.ResourceLimits(
+        processes=config["LIMIT_PROCESSES"] or None,
+        open_files=config["LIMIT_OPEN_FILES"] or None,
+        memory_bytes=(config["LIMIT_MEMORY_MB"] << 20) or None,
+        cpu_cores=config["LIMIT_CPU_CORES"] or None,
+    )
+    if not config["CGROUPS"]:
+        return confine.Confinement(limits=limits, cgroups=confine.Cgroups(problem="turned off (TERMINALS_CGROUPS=off)"))
+    reaped = confine.reap_departed(CGROUP_PREFIX, own=f"{CGROUP_PREFIX}{os.getpid()}")
+    if reaped:
+        logger.warning("killed %d processes left behind by terminals of workers that are gone", reaped)
+    cgroups = confine.Cgroups.detect(f"{CGROUP_PREFIX}{os.getpid()}")
+    if not cgroups.controllers:
+        logger.warning("terminal limits without cgroups: %s", cgroups.problem or "no usable controller")
+    return confine.Confinement(limits=limits, cgroups=cgroups)
+
+
+def check_run_as() -> None:
+    """Refuses to start a worker that could not run terminals as the configured account."""
+    run_as = settings.TERMINALS["RUN_AS"]
+    if not run_as or run_as == "per-user" or os.geteuid() == 0:
+        return
+    account = confine.Account.lookup(run_as)
+    if account.uid != os.geteuid():
+        raise RuntimeError(f"TERMINALS_RUN_AS={run_as}: a worker running as uid {os.geteuid()} cannot switch to "
+                           f"uid {account.uid}; run the worker as root or leave TERMINALS_RUN_AS empty")
+
+
+def account_for(name: str | None) -> confine.Account | None:
+    if not name:
+        return None
+    try:
+        account = confine.Account.lookup(name)
+    except KeyError:
+        raise AccountUnavailable(f"there is no Unix account {name!r} on this worker's host", account=name) from None
+    if account.uid != os.geteuid() and os.geteuid() != 0:
+        raise AccountUnavailable(f"this worker cannot run terminals as {name!r}", account=name)
+    return account
 
 
 def limits_from_settings() -> Limits:
@@ -141,7 +199,9 @@ class TerminalWorker:
         self.layer = layer or get_channel_layer()
         self.channel = ""
         self.hostname = socket.gethostname()
-        self.manager = SessionManager(limits=limits or limits_from_settings(), clock=clock, on_exit=self._on_exit)
+        self.confinement = confinement_from_settings()
+        self.manager = SessionManager(limits=limits or limits_from_settings(), clock=clock, on_exit=self._on_exit,
+                                      confinement=self.confinement)
         self.database = DatabaseQueue()
         self.fanout = OutputFanout(self.layer)
         self.ready = asyncio.Event()
@@ -176,10 +236,12 @@ class TerminalWorker:
     async def start(self) -> None:
         """Registers the worker and starts listening; returns once it takes requests."""
         _stop_ignoring_signals()
+        check_run_as()
         self.database.start()
         self.channel = await self.layer.new_channel()
         await self.database.run(lambda: records.worker_register(self.id, self.channel, self.hostname, os.getpid()))
         await self.mark_lost()
+        await self.reap_lost()
         self._spawn(self._listen(self.channel))
         self._spawn(self._listen(protocol.CREATE_CHANNEL))
         self._spawn(self._every(settings.TERMINALS["HEARTBEAT_INTERVAL_MS"] / 1000, self.beat))
@@ -199,15 +261,29 @@ class TerminalWorker:
         return task
 
     async def _listen(self, channel: str) -> None:
+        """Takes requests off channel for as long as the worker runs; the channel layer going away stops nothing.
+
+        While Redis is down or frozen, receiving fails (refused, or the socket timeout): the loop retries with a
+        backoff up to LISTEN_RETRY_MAX seconds and resumes by itself when Redis is back. Nothing needs to be set up
+        again then, even in an empty Redis: the worker's channel and the creation queue are plain keys, written
+        on the next send, and live clients are kept by the worker (streaming.py), not in channel-layer groups.
+        """
+        delay = 0.0
         while True:
             try:
                 message = await self.layer.receive(channel)
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 - Redis away: keep trying, the service resumes when it returns
-                logger.exception("receiving on %s failed", channel)
-                await asyncio.sleep(1)
+            except Exception as error:  # noqa: BLE001 - Redis away: keep trying, the service resumes when it returns
+                if not delay:
+                    logger.warning("receiving on %s failed, retrying until the channel layer answers: %s: %s",
+                                   channel, type(error).__name__, error)
+                delay = min(LISTEN_RETRY_MAX, max(LISTEN_RETRY_MIN, delay * 2))
+                await asyncio.sleep(delay)
                 continue
+            if delay:
+                logger.warning("receiving on %s works again", channel)
+                delay = 0.0
             self._spawn(self.dispatch(message))
 
     async def _every(self, seconds: float, step: Callable[[], Awaitable[object]]) -> None:
@@ -249,10 +325,14 @@ class TerminalWorker:
         await self.database.run(lambda: records.check_user_limit(message["owner_id"]))
         env = {**message["env"], MARKER_VARIABLE: message["id"]}
         spec = SpawnSpec(argv=message["argv"], cwd=message["cwd"], env=env, cols=message["cols"], rows=message["rows"])
+        account = account_for(message.get("run_as"))
+        if account is not None and not account.can_enter(spec.cwd):
+            raise InvalidRequest(f"cwd: {spec.cwd!r} cannot be entered by account {account.name!r}",
+                                 fields={"cwd": [f"cannot be entered by account {account.name!r}"]})
         limit = message.get("output_byte_limit")
         session = self.manager.create(
             message["id"], spec, session_class=session_class_for(message),
-            buffer_bytes=min(limit, self.manager.limits.buffer_bytes) if limit else None,
+            buffer_bytes=min(limit, self.manager.limits.buffer_bytes) if limit else None, account=account,
         )
         try:
             record = await self.database.run(
@@ -381,6 +461,8 @@ class TerminalWorker:
 
     async def handle_command_run(self, message: dict) -> dict:
         session = self._shell(message["id"])
+        # A command sent right after creation waits for the shell to be ready to read it.
+        await session.started(FIRST_PROMPT_WAIT_SECONDS)
         record = session.run_command(message["command"])
         actor, terminal_id = message.get("actor") or {}, message["id"]
         record.on_finish = lambda finished: self.database.submit(
@@ -415,7 +497,9 @@ class TerminalWorker:
         )
 
     async def handle_ping(self, message: dict) -> dict:
-        return {"worker": self.id, "terminals": len(self.manager), "active": self.manager.active_count}
+        return {"worker": self.id, "terminals": len(self.manager), "active": self.manager.active_count,
+                "isolation": {**self.confinement.describe(), "runAs": settings.TERMINALS["RUN_AS"] or None,
+                              "workerUid": os.geteuid()}}
 
     # Lifecycle events
 
@@ -426,18 +510,47 @@ class TerminalWorker:
         self.database.submit(lambda: records.session_end(session_id, status, records.EXITED, release=False, audit_action="exit"))
 
     async def beat(self) -> None:
+        # The liveness signal does not queue behind the audit writes: under load they can lag for
+        # seconds, and a late heartbeat makes the web processes give up on this worker.
+        await asyncio.to_thread(records.worker_alive, self.id)
         activity = {session_id: session.last_activity for session_id, session in self.manager.items()}
         await self.database.run(lambda: records.worker_beat(self.id, activity))
         await self.mark_lost()
 
     async def mark_lost(self) -> None:
-        """Marks lost the terminals of workers that are gone (any live worker may do it)."""
-        lost = await self.database.run(lambda: records.sessions_mark_lost(self.hostname))
+        """Marks lost the terminals of workers that are gone (any live worker may do it), and ends what those
+        of workers on this host left running here."""
+        lost = await self.database.run(lambda: records.sessions_mark_lost(self.hostname, self.id))
         if lost:
-            logger.warning("marked %d terminals of departed workers lost", lost)
+            logger.warning("marked %d terminals of departed workers lost", len(lost))
+            here = [terminal_id for terminal_id, host in lost.items() if host == self.hostname]
+            if here:
+                await self.reap_lost(here)
+
+    async def reap_lost(self, terminal_ids: list[str] | None = None) -> int:
+        """SIGKILLs the processes on this host of lost terminals: of terminal_ids, or (None, when the worker
+        starts) of every lost terminal whose marker a process here carries. Returns how many it killed.
+
+        A worker killed without stopping leaves what its shells started that ignores the hangup (nohup, setsid,
+        double-forked daemons); nobody can reach those terminals any more, so their processes go. Each carries
+        its terminal's marker (MARKER_VARIABLE) in its environment, whoever its parent is now.
+        """
+        if terminal_ids is None:
+            carried = await asyncio.to_thread(marked_processes, MARKER_VARIABLE)
+            if not carried:
+                return 0
+            terminal_ids = await self.database.run(lambda: records.sessions_lost_among(list(carried)))
+        doomed = [terminal_id for terminal_id in terminal_ids if terminal_id not in self.manager]  # never its own
+        if not doomed:
+            return 0
+        killed = await asyncio.to_thread(kill_marked, MARKER_VARIABLE, doomed)
+        if killed:
+            logger.warning("killed %d processes left running by %d lost terminals", len(killed), len(doomed))
+        return len(killed)
 
     async def sweep_idle(self) -> int:
         """Ends terminals idle for longer than the session timeout; returns how many."""
+        self.manager.retry_releases()
         ended = 0
         for session_id in self.manager.idle_sessions():
             try:
@@ -461,6 +574,8 @@ class TerminalWorker:
         for task in list(self._tasks):
             task.cancel()
         statuses = await self.manager.shutdown()
+        self.manager.retry_releases()
+        self.confinement.cgroups.remove_parents()
         await self.database.run(lambda: records.worker_stop(self.id, statuses))
         self.database.stop()
         close_old_connections()

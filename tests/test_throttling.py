@@ -66,3 +66,18 @@ def test_split_web_processes_share_one_count(orm):
         assert second.get("/api/terminals").status_code == 429
     finally:
         server.stop()
+
+
+def test_a_spoofed_forwarded_for_does_not_reset_the_count(orm, throttled_server):
+    """No proxy is trusted by default: a new X-Forwarded-For on every request is still the same key's count."""
+    _, key = make_key()
+    api = Api(throttled_server.url, key)
+    statuses = [
+        api.get("/api/terminals", headers={"X-Forwarded-For": f"10.0.0.{number}", "X-Real-IP": f"10.1.0.{number}"})
+        .status_code
+        for number in range(7)
+    ]
+    assert statuses == [200] * 6 + [429]
+    # The audit records the connection's address, not the claimed one.
+    sources = set(AuditEvent.objects.filter(key_prefix=key.split(".")[0]).values_list("source", flat=True))
+    assert sources and not any(source.startswith("10.") for source in sources)

@@ -28,6 +28,7 @@ class SpawnSpec:
     env: dict[str, str]
     cols: int = 80
     rows: int = 24
+    launch: tuple[str, ...] = ()  # what runs first and execs the rest: see confinement.Confinement.launch_argv
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ class ChildProcess:
         self.exit_status: ExitStatus | None = None
         self.terminating = False  # ended on request, so its exit is the requester's to record
         self.on_output: Callable[[], None] | None = None  # told of new output while clients watch
+        self.confined_members: Callable[[], list[int]] = list  # the processes in its control groups, if any
         self.started_at = clock()
         self.last_activity = self.started_at
         marker = spec.env.get(MARKER_VARIABLE)
@@ -172,6 +174,7 @@ class ChildProcess:
         if not self.is_alive:
             raise SessionInactive("the terminal's process has ended")
         self._check_input_open()
+        self._check_lines(data)
         queue = self._input
         if len(queue.data) + len(data) > queue.limit:
             raise WriteFailed(
@@ -185,6 +188,9 @@ class ChildProcess:
 
     def _check_input_open(self) -> None:
         """Raises when the input is closed."""
+
+    def _check_lines(self, data: bytes) -> None:
+        """Raises LineTooLong when data holds a line the program could not receive whole."""
 
     def _input_fd(self) -> int | None:
         raise NotImplementedError
@@ -241,7 +247,8 @@ class ChildProcess:
 
     def members(self) -> list[int]:
         """The live processes this terminal started, wherever they went (its session, and its marker)."""
-        return processes.terminal_members(self.pid, self._marker)
+        found = processes.terminal_members(self.pid, self._marker)
+        return sorted(set(found).union(self.confined_members()))
 
     async def terminate(self, signum: int = signal.SIGTERM, grace: float = 3.0) -> ExitStatus | None:
         """Ends every process the terminal started; returns the exit status of its first process.

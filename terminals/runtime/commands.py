@@ -94,6 +94,7 @@ class CommandTracker:
         self.current: Command | None = None  # the API command in flight
         self.typed: Command | None = None  # a command typed by a person, reported by the hooks
         self.at_prompt = asyncio.Event()
+        self.prompted = asyncio.Event()  # the shell has shown a prompt once: its line editor is running
         # Prompt markers still to come that belong to before the current command was typed
         # (it was typed before the previous prompt's marker arrived, e.g. during startup).
         self._stale_prompts = 0
@@ -189,6 +190,7 @@ class CommandTracker:
                 current.start_byte = self.locate_refusal(current, offset)
             self._finish_current(exit_code, offset)
         self.at_prompt.set()
+        self.prompted.set()
 
     def _finish_current(self, exit_code: int | None, offset: int) -> None:
         assert self.current is not None

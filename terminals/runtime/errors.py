@@ -46,3 +46,9 @@ class KillFailed(TerminalError):
     """The terminal's processes could not be signalled."""
 
     code = "KILL_FAILED"
+
+
+class LineTooLong(TerminalError):
+    """A line longer than the terminal's line discipline holds would reach the program cut short."""
+
+    code = "INVALID_INPUT"

@@ -7,10 +7,11 @@ import logging
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import processes
 from .buffer import OutputBuffer
+from .confinement import Account, Confinement
 from .errors import SessionLimitReached, SessionNotFound
 from .pty import ExitStatus, PtySession, SpawnSpec
 from .shell import ShellSession
@@ -37,8 +38,11 @@ class SessionManager:
         limits: Limits = Limits(),
         clock: Callable[[], float] = time.time,
         on_exit: Callable[[str, ExitStatus], None] | None = None,
+        confinement: Confinement | None = None,
     ) -> None:
         self.limits = limits
+        self.confinement = confinement
+        self._unreleased: set[str] = set()  # control groups that still had members when their terminal went
         self.clock = clock
         self._on_exit = on_exit
         self._sessions: dict[str, PtySession] = {}
@@ -60,17 +64,21 @@ class SessionManager:
         *,
         session_class: type[PtySession] = ShellSession,
         buffer_bytes: int | None = None,
+        account: Account | None = None,
     ) -> PtySession:
         """Starts a terminal; raises SessionLimitReached or SpawnFailed.
 
         session_class: ShellSession for a shell that runs commands, PtySession for a
         program on a PTY, or a class with the same interface (such as a PipeSession).
+        account: the Unix account to run as (needs a confinement; None: the worker's own).
         """
         if self.active_count >= self.limits.max_sessions:
             raise SessionLimitReached(
                 f"this worker already hosts {self.limits.max_sessions} terminals",
                 limit=self.limits.max_sessions,
             )
+        if self.confinement is not None:
+            spec = replace(spec, launch=tuple(self.confinement.launch_argv(session_id, [], account)))
         buffer = OutputBuffer(max_lines=self.limits.buffer_lines, max_bytes=buffer_bytes or self.limits.buffer_bytes)
         session = session_class(
             spec,
@@ -79,7 +87,14 @@ class SessionManager:
             clock=self.clock,
             on_exit=lambda ended: self._report_exit(session_id, ended),
         )
-        session.start()
+        if self.confinement is not None:
+            confinement = self.confinement
+            session.confined_members = lambda: confinement.members(session_id)
+        try:
+            session.start()
+        except BaseException:
+            self._release_confinement(session_id)
+            raise
         self._sessions[session_id] = session
         return session
 
@@ -111,6 +126,17 @@ class SessionManager:
         session = self._sessions.pop(session_id, None)
         if session is not None:
             session.close()
+            self._release_confinement(session_id)
+
+    def _release_confinement(self, session_id: str) -> None:
+        if self.confinement is not None and not self.confinement.release(session_id):
+            self._unreleased.add(session_id)
+
+    def retry_releases(self) -> None:
+        """Removes the control groups that were still busy when their terminals were freed."""
+        for session_id in list(self._unreleased):
+            if self.confinement is None or self.confinement.release(session_id):
+                self._unreleased.discard(session_id)
 
     def idle_sessions(self, *, ended: bool = False) -> list[str]:
         """Returns the ids of terminals without input or output for longer than the idle timeout.

@@ -59,7 +59,7 @@ class PipeSession(ChildProcess):
         self._loop = asyncio.get_running_loop()
         try:
             self._process = subprocess.Popen(
-                self.spec.argv,
+                [*self.spec.launch, *self.spec.argv],
                 bufsize=0,  # raw pipes: closing one never flushes
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,

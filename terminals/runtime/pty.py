@@ -15,7 +15,7 @@ import termios
 
 from . import processes
 from .child import EXIT_DRAIN_SECONDS, MARKER_VARIABLE, MEMBER_POLL_SECONDS, ChildProcess, ExitStatus, SpawnSpec
-from .errors import SessionInactive, SpawnFailed
+from .errors import LineTooLong, SessionInactive, SpawnFailed
 from .screen import ScreenMirror
 
 __all__ = ["EXIT_DRAIN_SECONDS", "MARKER_VARIABLE", "MEMBER_POLL_SECONDS", "ExitStatus", "PtySession", "SpawnSpec"]
@@ -29,6 +29,10 @@ SETSID = shutil.which("setsid") or "/usr/bin/setsid"
 READS_PER_WAKEUP = 16  # a PTY read returns about 4 KiB; batching saves loop iterations
 # At most this much output is replayed to rebuild the screen (pyte takes about 0.1 s for it).
 SCREEN_REPLAY_BYTES = 64 * 1024
+# In canonical mode the kernel's line discipline holds 4096 bytes per line, the
+# newline included; what goes past that is dropped without a word (n_tty.c).
+MAX_CANONICAL_LINE = 4095
+LINE_ENDS = re.compile(rb"[\n\r\x04]")
 QUERIES = re.compile(rb"\x1b\[(?:[56]n|0?c)")  # cursor position, device status, device attributes
 
 
@@ -57,7 +61,7 @@ class PtySession(ChildProcess):
         try:
             _set_window_size(master, self.spec.cols, self.spec.rows)
             self._process = subprocess.Popen(
-                [SETSID, "--ctty", *self.spec.argv],
+                [*self.spec.launch, SETSID, "--ctty", *self.spec.argv],
                 stdin=slave,
                 stdout=slave,
                 stderr=slave,
@@ -75,6 +79,28 @@ class PtySession(ChildProcess):
         os.set_blocking(master, False)
         self._loop.add_reader(self._fd, self._on_readable)
         self._watch_exit()
+
+    # Input
+
+    def _check_lines(self, data: bytes) -> None:
+        # Only when the program reads whole lines (ICANON): a line editor such as
+        # bash's readline, or a full-screen program, reads key by key and takes any length.
+        if len(data) <= MAX_CANONICAL_LINE or self._fd < 0:
+            return
+        try:
+            canonical = bool(termios.tcgetattr(self._fd)[3] & termios.ICANON)
+        except termios.error:
+            return
+        if not canonical:
+            return
+        longest = max(len(line) for line in LINE_ENDS.split(data))
+        if longest > MAX_CANONICAL_LINE:
+            raise LineTooLong(
+                f"a line of {longest} bytes is longer than the {MAX_CANONICAL_LINE} bytes the terminal passes "
+                "to a program reading whole lines; it would arrive cut short, so nothing was sent. "
+                "Split it, or write it to a file and pass the file",
+                line_bytes=longest, limit_bytes=MAX_CANONICAL_LINE,
+            )
 
     # Output
 

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
+import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 
 from .commands import RUNNING, Command, CommandTracker
@@ -14,7 +18,7 @@ from .markers import Marker, MarkerParser
 from . import processes
 from .pty import PtySession, SpawnSpec
 
-INTEGRATION = Path(__file__).with_name("shell_integration")
+SHIPPED_INTEGRATION = Path(__file__).with_name("shell_integration")
 POLL_SECONDS = 0.1  # how often a waiting command is checked for a prompt that waits for input
 CONFIRM_SECONDS = 0.05
 
@@ -23,6 +27,31 @@ class TerminalBusy(TerminalError):
     """A command is already running in the terminal's foreground."""
 
     code = "TERMINAL_BUSY"
+
+
+@lru_cache(maxsize=1)
+def integration_dir() -> Path:
+    """Where shells read the hooks from: a place every account can read.
+
+    Terminals may run as another account (TERMINALS_RUN_AS) than the one that
+    installed the service, whose checkout may be private (under /root, say);
+    then the hooks are copied once to a world-readable directory.
+    """
+    if _world_readable(SHIPPED_INTEGRATION):
+        return SHIPPED_INTEGRATION
+    copy = Path(tempfile.mkdtemp(prefix="terminals-shell-integration-"))
+    shutil.copytree(SHIPPED_INTEGRATION, copy, dirs_exist_ok=True)
+    for path in [copy, *copy.rglob("*")]:
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    return copy
+
+
+def _world_readable(directory: Path) -> bool:
+    path = directory.resolve()
+    for part in [*reversed(path.parents), path]:
+        if not os.stat(part).st_mode & 0o001:
+            return False
+    return all(os.stat(entry).st_mode & 0o004 for entry in path.rglob("*"))
 
 
 @dataclass(frozen=True)
@@ -35,22 +64,23 @@ def integrated_spec(spec: SpawnSpec, secret: str) -> SpawnSpec:
     """The same shell, started with hooks: prompts with their exit status (bash, zsh, sh), typed commands (bash, zsh)."""
     name = Path(spec.argv[0]).name
     env = dict(spec.env)
+    integration = integration_dir()
     argv = list(spec.argv)
     if name == "bash":
-        argv = [spec.argv[0], "--rcfile", str(INTEGRATION / "bashrc"), *spec.argv[1:]]
+        argv = [spec.argv[0], "--rcfile", str(integration / "bashrc"), *spec.argv[1:]]
     elif name == "zsh":
         if "ZDOTDIR" in env:
             env["TERMINALS_USER_ZDOTDIR"] = env["ZDOTDIR"]
-        env["ZDOTDIR"] = str(INTEGRATION)
+        env["ZDOTDIR"] = str(integration)
     elif name in ("sh", "dash"):
         # POSIX shells read $ENV when interactive; its prompt can carry $? but no hook sees typed commands.
         if "ENV" in env:
             env["TERMINALS_USER_ENV"] = env["ENV"]
-        env["ENV"] = str(INTEGRATION / "shrc")
+        env["ENV"] = str(integration / "shrc")
     else:
         return spec
     env["TERMINALS_SHELL_SECRET"] = secret
-    return SpawnSpec(argv=argv, cwd=spec.cwd, env=env, cols=spec.cols, rows=spec.rows)
+    return replace(spec, argv=argv, env=env)
 
 
 class ShellSession(PtySession):
@@ -92,6 +122,20 @@ class ShellSession(PtySession):
         super()._report_exit()
 
     # Commands
+
+    async def started(self, timeout: float) -> bool:
+        """Waits until the shell has shown its first prompt (at most timeout seconds); returns whether it has.
+
+        Until then the terminal is still in canonical mode, where lines are cut
+        at 4095 bytes, and the shell reads none of what is typed yet.
+        """
+        if self.commands.prompted.is_set():
+            return True
+        try:
+            await asyncio.wait_for(self.commands.prompted.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
 
     def run_command(self, command: str) -> Command:
         """Types an API command; raises TerminalBusy while another one holds the foreground."""

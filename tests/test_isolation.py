@@ -1,0 +1,243 @@
+"""Terminals kept away from the control plane and from each other: limits, control groups, other Unix accounts.
+
+These run on the machine as it is: the service runs as root (as in CI), cgroup
+controllers are writable, and the tests make throwaway Unix accounts with useradd.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+from django.conf import settings as django_settings
+
+from tests.client import Api
+from tests.conftest import make_key
+from tests.servers import start_embedded, wait_for
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def _health(api: Api) -> dict:
+    response = api.get("/api/health")
+    assert response.status_code == 200, response.text
+    return response.json()["data"]
+
+
+def _terminal_groups(terminal_id: str) -> list[Path]:
+    return [path for path in CGROUP_ROOT.glob(f"*/terminals-worker-*/{terminal_id}")] + list(
+        CGROUP_ROOT.glob(f"terminals-worker-*/{terminal_id}")
+    )
+
+
+def _marked(terminal_id: str) -> list[int]:
+    """Live processes carrying the terminal's environment marker."""
+    found = []
+    marker = f"TERMINALS_TERMINAL_ID={terminal_id}".encode()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as environ:
+                if marker in environ.read().split(b"\0"):
+                    with open(f"/proc/{name}/stat") as stat:
+                        if stat.read().rsplit(")", 1)[1].split()[0] != "Z":
+                            found.append(int(name))
+        except OSError:
+            continue
+    return found
+
+
+def _command(api: Api, terminal_id: str, command: str, timeout_ms: int = 10_000) -> dict:
+    response = api.post(f"/api/terminals/{terminal_id}/commands", json={"command": command, "timeoutMs": timeout_ms})
+    assert response.status_code in (200, 201), response.text
+    return response.json()["data"]
+
+
+# Limits every terminal gets
+
+
+def test_health_reports_how_terminals_are_confined(alice):
+    isolation = _health(alice)["worker"]["isolation"]
+    # This machine (like the CI machine) lets the service write cgroup controllers; when a
+    # machine does not, health says so and the limits fall back to rlimits (SECURITY.md).
+    assert "pids" in isolation["cgroups"]["controllers"], isolation
+    assert isolation["limits"]["processesEnforcedBy"] == "cgroup"
+    assert isolation["limits"]["processes"] == django_settings.TERMINALS["LIMIT_PROCESSES"]
+    assert isolation["limits"]["coreDumps"] is False
+    assert isolation["runAs"] is None and isolation["workerUid"] == os.geteuid()
+
+
+def test_a_terminal_runs_in_its_own_control_group_with_its_limits(alice):
+    terminal = alice.create(cwd="/tmp")["terminalId"]
+    result = _command(alice, terminal, "ulimit -c; ulimit -n; cat /proc/self/cgroup")
+    assert result["exitCode"] == 0, result
+    lines = result["output"].split()
+    assert lines[0] == "0"  # no core dumps
+    assert lines[1] == str(django_settings.TERMINALS["LIMIT_OPEN_FILES"])
+    assert re.search(rf"pids:/terminals-worker-\d+/{terminal}\b", result["output"]), result["output"]
+    (group,) = [path for path in _terminal_groups(terminal) if path.parent.parent.name == "pids"]
+    assert (group / "pids.max").read_text().strip() == str(django_settings.TERMINALS["LIMIT_PROCESSES"])
+    assert alice.delete(f"/api/terminals/{terminal}").status_code == 200
+    wait_for(lambda: not _terminal_groups(terminal), 10, "the terminal's control groups removed")
+
+
+def test_ending_a_terminal_ends_what_escaped_its_session(alice):
+    terminal = alice.create(cwd="/tmp")["terminalId"]
+    alice.send(terminal, "setsid sleep 1001 & nohup sleep 1002 >/dev/null 2>&1 & (sleep 1003 &) ; echo started")
+    alice.wait_output(terminal, lambda text: "\nstarted\n" in text)
+    wait_for(lambda: len(_marked(terminal)) >= 4, 10, "the shell and its three sleeps")
+    assert alice.delete(f"/api/terminals/{terminal}").status_code == 200
+    wait_for(lambda: not _marked(terminal), 10, "every process of the terminal gone")
+    wait_for(lambda: not _terminal_groups(terminal), 10, "its control groups removed")
+
+
+@pytest.fixture(scope="module")
+def tight_server(django_db_setup):
+    """A server whose terminals may have 60 processes each: a fork bomb hits the wall quickly."""
+    server = start_embedded(TERMINALS_LIMIT_PROCESSES="60", TERMINALS_LIMIT_MEMORY_MB="512")
+    yield server
+    server.stop()
+
+
+def test_a_fork_bomb_is_contained_and_other_terminals_keep_answering(tight_server, keys):
+    api = Api(tight_server.url, keys["alice"])
+    bystander = api.create(cwd="/tmp")["terminalId"]
+    bomb = api.create(cwd="/tmp")["terminalId"]
+    (pids_group,) = [path for path in _terminal_groups(bomb) if path.parent.parent.name == "pids"]
+    api.send(bomb, ":(){ :|:& };:")
+    wait_for(lambda: int((pids_group / "pids.events").read_text().split()[-1]) > 0, 20,
+             "the bomb reaching the process limit")
+    assert int((pids_group / "pids.current").read_text()) <= 60
+    # While the bomb keeps pushing against the limit, the bystander and new terminals answer.
+    for number in range(5):
+        result = _command(api, bystander, f"echo alive-{number}")
+        assert result["exitCode"] == 0 and result["output"].strip() == f"alive-{number}", result
+    newcomer = api.create(cwd="/tmp")["terminalId"]
+    assert _command(api, newcomer, "echo new")["output"].strip() == "new"
+    # Ending the bomb's terminal ends all of it.
+    response = api.delete(f"/api/terminals/{bomb}", json={"signal": "SIGKILL"})
+    assert response.status_code == 200, response.text
+    wait_for(lambda: not _marked(bomb), 20, "every process of the bomb gone")
+    wait_for(lambda: not _terminal_groups(bomb), 20, "the bomb's control groups removed")
+    assert _command(api, bystander, "echo still")["output"].strip() == "still"
+
+
+def test_memory_limit_stops_a_hog_without_touching_the_worker(tight_server, keys):
+    api = Api(tight_server.url, keys["alice"])
+    terminal = api.create(cwd="/tmp")["terminalId"]
+    # 1 GiB in one process against a 512 MiB limit: the kernel kills the hog (perl is in every
+    # Debian), not the service.
+    result = _command(api, terminal, "perl -e '$x = \"a\" x (1 << 30); print length $x'; echo status=$?", 60_000)
+    assert "status=137" in result["output"], result  # SIGKILL from the OOM killer
+    assert _health(api)["status"] == "healthy"
+    assert _command(api, terminal, "echo after")["output"].strip() == "after"
+
+
+# Another Unix account
+
+
+@pytest.fixture(scope="module")
+def nobody_server(django_db_setup):
+    server = start_embedded(TERMINALS_RUN_AS="nobody")
+    yield server
+    server.stop()
+
+
+def test_terminals_run_as_the_configured_account_away_from_the_service(nobody_server, keys):
+    api = Api(nobody_server.url, keys["alice"])
+    service_pid = nobody_server.processes[0].pid
+    database = django_settings.DATABASES["default"]["NAME"]
+    terminal = api.create(cwd="/tmp")["terminalId"]
+    assert _command(api, terminal, "id -un; echo $HOME $USER")["output"].split() == ["nobody", "/nonexistent", "nobody"]
+    probes = {
+        f"cat /proc/{service_pid}/environ": "Permission denied",
+        f"kill -0 {service_pid}": "not permitted",
+        f"cat {database}": "Permission denied",
+        f"ls {Path(database).parent}": "Permission denied",
+    }
+    if not str(database).startswith("/"):  # PostgreSQL: the database is a server; the data dir is still private
+        probes.pop(f"cat {database}")
+        probes.pop(f"ls {Path(database).parent}")
+    for probe, refusal in probes.items():
+        result = _command(api, terminal, f"{probe} 2>&1")
+        assert result["exitCode"] != 0 and refusal in result["output"], (probe, result)
+    assert _health(api)["worker"]["isolation"]["runAs"] == "nobody"
+
+
+def test_a_directory_the_account_cannot_enter_is_refused(nobody_server, keys, tmp_path):
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    api = Api(nobody_server.url, keys["alice"])
+    response = api.post("/api/terminals", json={"cwd": str(private)})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == "INVALID_INPUT"
+    assert "nobody" in response.json()["error"]["message"]
+
+
+@pytest.fixture(scope="module")
+def per_user(django_db_setup, django_db_blocker):
+    """Two users with a Unix account each (tt<id>-<username>), and one without."""
+    prefix = f"tt{uuid.uuid4().hex[:4]}-"
+    with django_db_blocker.unblock():
+        users = {name: make_key(name=name) for name in ("ann", "ben", "cat")}
+    accounts = []
+    for name in ("ann", "ben"):
+        account = prefix + users[name][0].username
+        subprocess.run(["useradd", "--system", "--no-create-home", "--home-dir", "/tmp", "--shell", "/bin/sh", account],
+                       check=True)
+        accounts.append(account)
+    server = start_embedded(TERMINALS_RUN_AS="per-user", TERMINALS_RUN_AS_PREFIX=prefix)
+    yield server, {name: key for name, (_, key) in users.items()}, dict(zip(("ann", "ben"), accounts)), users
+    server.stop()
+    for account in accounts:
+        subprocess.run(["userdel", account], check=False)
+
+
+def test_each_user_gets_an_account_and_cannot_reach_the_others(per_user):
+    server, user_keys, accounts, _ = per_user
+    ann, ben = Api(server.url, user_keys["ann"]), Api(server.url, user_keys["ben"])
+    ann_terminal = ann.create()["terminalId"]  # the account's home (/tmp here) is the default directory
+    ben_terminal = ben.create()["terminalId"]
+    assert _command(ann, ann_terminal, "id -un; pwd")["output"].split() == [accounts["ann"], "/tmp"]
+    ben_pid = ben.get(f"/api/terminals/{ben_terminal}").json()["data"]["pid"]
+    for probe, refusal in {f"cat /proc/{ben_pid}/environ": "Permission denied",
+                           f"ls /proc/{ben_pid}/fd": "Permission denied",
+                           f"kill -9 {ben_pid}": "not permitted"}.items():
+        result = _command(ann, ann_terminal, f"{probe} 2>&1")
+        assert result["exitCode"] != 0 and refusal in result["output"], (probe, result)
+    assert _command(ben, ben_terminal, "echo unharmed")["output"].strip() == "unharmed"
+
+
+def test_a_user_without_an_account_gets_no_terminal(per_user, orm):
+    from terminals.models import AuditEvent
+
+    server, user_keys, _, users = per_user
+    response = Api(server.url, user_keys["cat"]).post("/api/terminals", json={})
+    assert response.status_code == 403, response.text
+    assert response.json()["error"]["code"] == "FORBIDDEN"
+    assert "no Unix account" in response.json()["error"]["message"]
+    assert AuditEvent.objects.filter(username=users["cat"][0].username, action="create", outcome="FORBIDDEN").exists()
+
+
+# The service's secrets
+
+
+def test_a_terminal_sees_none_of_the_services_settings_or_secrets(server, keys):
+    api = Api(server.url, keys["alice"])
+    secret_key = (Path(django_settings.DATA_DIR) / "secret_key").read_text().strip()
+    terminal = api.create(cwd="/tmp")["terminalId"]
+    result = _command(api, terminal, "env")
+    names = {line.split("=", 1)[0] for line in result["output"].splitlines() if "=" in line}
+    for setting in ("SECRET_KEY", "DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE", "TERMINALS_DATA_DIR"):
+        assert setting not in names, result["output"]
+    assert secret_key not in result["output"]
+    if server.redis_url:
+        assert server.redis_url not in result["output"]
+    assert names <= {"PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "TERM", "PAGER",
+                     "GIT_PAGER", "SHELL", "TERMINALS_TERMINAL_ID", "PWD", "OLDPWD", "SHLVL", "_", "LINES", "COLUMNS",
+                     "PS1", "PS2", "PROMPT_COMMAND", "HISTCONTROL"}, names
