@@ -105,6 +105,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         record = await database_sync_to_async(sessions.session_get_for)(user=self.actor.user, terminal_id=self.terminal_id)
         channel = await database_sync_to_async(sessions.hosting_channel)(record)
         self.worker_channel = channel
+        self.terminal_id = str(record.id)  # the canonical spelling, for audit rows and worker requests
         return await worker_client.request(channel, protocol.ATTACH, id=str(record.id), subscriber=self.channel_name,
                                            from_byte=from_byte, interactive=not self.read_only)
 
@@ -160,9 +161,20 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         data = frame.get("data")
         if not isinstance(data, str):
             return await self._error("INVALID_INPUT", "input: data must be a string")
-        await database_sync_to_async(sessions.session_write)(
-            actor=self.actor, terminal_id=self.terminal_id, text=data, append_newline=False
-        )
+        if len(data.encode("utf-8", errors="surrogatepass")) > settings.TERMINALS["MAX_INPUT_BYTES"]:
+            return await self._error("INVALID_INPUT", f"input: longer than {settings.TERMINALS['MAX_INPUT_BYTES']} bytes")
+        if self.exit_offset is not None:
+            raise TerminalInactive(f"Terminal {self.terminal_id} has ended")
+        # The keystroke path: the terminal and its worker are known since the attach, so
+        # a key costs one audit row (committed before the bytes go out, as for REST
+        # input) and one request to the worker from this loop, no thread hand-off.
+        await database_sync_to_async(audit)(self.actor, "input", terminal_id=self.terminal_id, outcome="sent",
+                                            input=data)
+        try:
+            await worker_client.request(self.worker_channel, protocol.INPUT, id=self.terminal_id, data=data,
+                                        close=False)
+        except TerminalNotFound:
+            raise TerminalInactive(f"Terminal {self.terminal_id} is no longer held by its worker") from None
 
     async def _resize(self, frame: dict) -> None:
         cols, rows = frame.get("cols"), frame.get("rows")
