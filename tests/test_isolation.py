@@ -86,7 +86,21 @@ def test_a_terminal_runs_in_its_own_control_group_with_its_limits(alice):
     wait_for(lambda: not _terminal_groups(terminal), 10, "the terminal's control groups removed")
 
 
-def test_ending_a_terminal_ends_what_escaped_its_session(alice):
+def _zombie_children(pid: int) -> list[int]:
+    zombies = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] == "Z" and int(fields[1]) == pid:
+                zombies.append(int(name))
+    return zombies
+
+
+def test_ending_a_terminal_ends_what_escaped_its_session(alice, embedded_server):
     terminal = alice.create(cwd="/tmp")["terminalId"]
     alice.send(terminal, "setsid sleep 1001 & nohup sleep 1002 >/dev/null 2>&1 & (sleep 1003 &) ; echo started")
     alice.wait_output(terminal, lambda text: "\nstarted\n" in text)
@@ -94,6 +108,7 @@ def test_ending_a_terminal_ends_what_escaped_its_session(alice):
     assert alice.delete(f"/api/terminals/{terminal}").status_code == 200
     wait_for(lambda: not _marked(terminal), 10, "every process of the terminal gone")
     wait_for(lambda: not _terminal_groups(terminal), 10, "its control groups removed")
+    wait_for(lambda: not _zombie_children(embedded_server.processes[0].pid), 10, "no zombie left to the service")
 
 
 @pytest.fixture(scope="module")

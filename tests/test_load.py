@@ -12,9 +12,11 @@ from __future__ import annotations
 import os
 import re
 import threading
+import uuid
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
@@ -80,7 +82,7 @@ def test_fifty_terminals_and_twenty_clients_for_a_minute_lose_no_audit_row():
     databases = {"SQLite": ""}
     postgres = os.environ.get("TERMINALS_TEST_POSTGRES_URL") or os.environ.get("DATABASE_URL", "")
     if postgres:
-        databases["PostgreSQL"] = postgres
+        databases["PostgreSQL"] = fresh_postgres_database(postgres)
     failures: dict[str, BaseException] = {}
 
     def load(name: str, database_url: str) -> None:
@@ -96,6 +98,17 @@ def test_fifty_terminals_and_twenty_clients_for_a_minute_lose_no_audit_row():
         run.join()
     for name, error in failures.items():
         raise AssertionError(f"under load on {name}: {error}") from error
+
+
+def fresh_postgres_database(url: str) -> str:
+    """A new database on the same PostgreSQL server: the load's thousands of audit rows stay out of the one
+    the other tests share."""
+    import psycopg
+
+    name = f"terminals_load_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute(f'CREATE DATABASE "{name}"')
+    return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
 
 
 def run_load(database_url: str) -> None:

@@ -31,7 +31,7 @@ from .conftest import make_key
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 FUZZ_SETTINGS = settings(
-    max_examples=25, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck)
+    max_examples=15, derandomize=True, database=None, deadline=None, suppress_health_check=list(HealthCheck)
 )
 
 # Waits are cut short so that a generated timeout (up to MAX_WAIT_MS, ten minutes) cannot stall the run: the two
