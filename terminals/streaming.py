@@ -57,12 +57,19 @@ class TerminalFeed:
         data, start, _ = buffer.read_bytes(max(buffer.oldest_byte, buffer.end - LAG_BYTES), LAG_BYTES, complete=True)
         recent.restart_at(start)
         recent.append(data)
+        # From now on every byte the terminal appends is copied as it is appended, before the terminal's
+        # own buffer can evict it: a burst of more lines than that buffer keeps reaches watchers whole.
+        buffer.copy_to = recent
         return cls(session=session, recent=recent)
 
+    def stop_copying(self) -> None:
+        if self.session.buffer.copy_to is self.recent:
+            self.session.buffer.copy_to = None
+
     def catch_up(self) -> None:
-        """Copies the terminal's new output into the kept output."""
+        """Copies the terminal's new output into the kept output, when it is not copied as it comes."""
         buffer, recent = self.session.buffer, self.recent
-        if buffer.end > recent.end:
+        if buffer.copy_to is not recent and buffer.end > recent.end:
             data, start, _ = buffer.read_bytes(recent.end, buffer.end - recent.end, complete=True)
             if start > recent.end:
                 recent.restart_at(start)  # more arrived in one burst than the terminal kept
@@ -100,6 +107,7 @@ class OutputFanout:
             self._update_emulator(feed)
             if not feed.subscribers:
                 feed.session.on_output = None  # nobody watches: the read path does no extra work
+                feed.stop_copying()
                 self.feeds.pop(terminal_id, None)
 
     def watching(self, terminal_id: str) -> int:

@@ -135,6 +135,7 @@ class OutputBuffer:
             raise ValueError("buffer limits must be positive")
         self.max_lines = max_lines
         self.max_bytes = max_bytes
+        self.copy_to: OutputBuffer | None = None  # another buffer that gets every appended byte too
         # Eviction runs once the buffer is this far over its limit, so its cost is amortised.
         self._slack = max(4096, max_bytes // 8)
         self._data = bytearray()
@@ -176,6 +177,9 @@ class OutputBuffer:
     def append(self, chunk: bytes) -> None:
         if not chunk:
             return
+        if self.copy_to is not None:
+            # Before eviction: a burst longer than this buffer's line limit still reaches the copy whole.
+            self.copy_to.append(chunk)
         self._data += chunk
         self._newlines += chunk.count(b"\n")
         if len(self._data) > self.max_bytes + self._slack:
