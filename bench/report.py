@@ -10,6 +10,8 @@ from .common import BENCH_DIR
 from .results import MODES, FigureResult, Row, Value, _number
 
 RESULTS = BENCH_DIR / "RESULTS.md"
+# Written by hand after profiling: before/after figures with their commits, and why a target is missed.
+ANALYSIS = BENCH_DIR / "ANALYSIS.md"
 PLOT = BENCH_DIR / "latency.png"
 INTRODUCTION = (
     "Written by `bench/run` (`python -m bench`); see bench/README.md for what each figure measures. Ratios are "
@@ -126,6 +128,8 @@ def write(results: list[FigureResult], conditions: dict[str, str]) -> str:
     if failures:
         parts += ["", "## Failures", ""]
         parts += [f"- {row.figure}, {row.metric}, {mode}: {row.values[mode]}" for row, mode in failures]
+    if ANALYSIS.exists():
+        parts += ["", ANALYSIS.read_text().rstrip()]
     RESULTS.write_text("\n".join(parts) + "\n")
     return table
 
