@@ -24,13 +24,22 @@ fi
 bash scripts/setup.sh requirements-dev.txt
 rm -f .coverage .coverage.*
 
-# Every test on SQLite (the default), then the database-facing ones again on PostgreSQL. The load test
-# loads a PostgreSQL server beside the SQLite one in the first run (TERMINALS_TEST_POSTGRES_URL), so its
-# minute is spent once. The PostgreSQL run skips coverage: the load test's PostgreSQL server, measured in
-# the first run, already covers the PostgreSQL paths, and tracing costs time.
+# Every test on SQLite (the default), and beside it the database-facing ones again on PostgreSQL: that
+# run is short and mostly waits on its servers, so it shares the cores instead of adding its time. The
+# load test loads a PostgreSQL server beside the SQLite one in the first run (TERMINALS_TEST_POSTGRES_URL),
+# so its minute is spent once. The PostgreSQL run skips coverage: the load test's PostgreSQL server,
+# measured in the first run, already covers the PostgreSQL paths, and tracing costs time.
 read -r pg_dir pg_url < <(bash scripts/postgres.sh start)
-trap 'bash scripts/postgres.sh stop "$pg_dir"' EXIT
-TERMINALS_TEST_POSTGRES_URL="$pg_url" .venv/bin/python -m pytest --cov --cov-report=term "$@"
-DATABASE_URL="$pg_url" .venv/bin/python -m pytest -p no:cov \
+pg_log="$(mktemp)"
+trap 'bash scripts/postgres.sh stop "$pg_dir"; rm -f "$pg_log"' EXIT
+DATABASE_URL="$pg_url" .venv/bin/python -m pytest -p no:cov -p no:cacheprovider \
   tests/test_e2e_lifecycle.py tests/test_audit_chain.py tests/test_worker.py tests/test_api_auth.py \
-  tests/test_restart.py tests/test_acp.py tests/test_zz_no_secrets.py
+  tests/test_restart.py tests/test_acp.py tests/test_zz_no_secrets.py >"$pg_log" 2>&1 &
+pg_run=$!
+sqlite_status=0
+TERMINALS_TEST_POSTGRES_URL="$pg_url" .venv/bin/python -m pytest --cov --cov-report=term "$@" || sqlite_status=$?
+pg_status=0
+wait "$pg_run" || pg_status=$?
+echo "=== the database-facing tests on PostgreSQL ==="
+cat "$pg_log"
+[ "$sqlite_status" -eq 0 ] && [ "$pg_status" -eq 0 ]
