@@ -65,10 +65,16 @@ class Command(BaseCommand):
             def listen_success(self, listening_port):
                 super().listen_success(listening_port)
                 url = f"http://{host}:{listening_port.getHost().port}"
-                if key is not None:
-                    command.announce_key(key, url)
-                command.stdout.write(f"Listening on {url}")
-                command.stdout.flush()
+
+                def announce():
+                    if key is not None:
+                        command.announce_key(key, url)
+                    command.stdout.write(f"Listening on {url}")
+                    command.stdout.flush()
+
+                # Listening can succeed before the reactor runs, that is before its SIGTERM handler is in
+                # place: announce once it runs, so whoever stops the server on seeing this line stops it cleanly.
+                reactor.callWhenRunning(announce)
 
         def start_worker():
             ensure_worker(asyncio.get_event_loop())
