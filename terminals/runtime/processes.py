@@ -11,17 +11,21 @@ from collections.abc import Iterable
 PROC = "/proc"
 
 
-def session_members(session_id: int) -> list[int]:
-    """Returns the pids of the live (not zombie) processes whose session is session_id."""
-    members = []
+def _live_processes(*, skip_own: bool = False):
+    """Yields (pid, stat fields) of every live (not zombie) process; the fields start after the ")" closing
+    the command name: state, ppid, pgrp, session, ..."""
+    own = os.getpid() if skip_own else None
     for name in os.listdir(PROC):
-        if not name.isdigit():
+        if not name.isdigit() or int(name) == own:
             continue
         fields = _stat_fields(int(name))
-        # After the ")" closing the command name: state, ppid, pgrp, session.
-        if fields and fields[3] == str(session_id) and fields[0] != "Z":
-            members.append(int(name))
-    return members
+        if fields and fields[0] != "Z":
+            yield int(name), fields
+
+
+def session_members(session_id: int) -> list[int]:
+    """Returns the pids of the live (not zombie) processes whose session is session_id."""
+    return [pid for pid, fields in _live_processes() if fields[3] == str(session_id)]
 
 
 def terminal_members(session_id: int, marker: bytes | None) -> list[int]:
@@ -30,17 +34,10 @@ def terminal_members(session_id: int, marker: bytes | None) -> list[int]:
     The marker (TERMINALS_TERMINAL_ID=<id>) is inherited through fork and exec,
     so it finds what left the session too: setsid, nohup and double-forked daemons.
     """
-    members = []
-    own = os.getpid()
-    for name in os.listdir(PROC):
-        if not name.isdigit() or int(name) == own:
-            continue
-        fields = _stat_fields(int(name))
-        if not fields or fields[0] == "Z":
-            continue
-        if fields[3] == str(session_id) or (marker is not None and _carries(int(name), marker)):
-            members.append(int(name))
-    return members
+    return [
+        pid for pid, fields in _live_processes(skip_own=True)
+        if fields[3] == str(session_id) or (marker is not None and _carries(pid, marker))
+    ]
 
 
 def marked_processes(variable: str) -> dict[str, list[int]]:
@@ -52,15 +49,9 @@ def marked_processes(variable: str) -> dict[str, list[int]]:
     """
     prefix = b"\0" + variable.encode() + b"="
     found: dict[str, list[int]] = {}
-    own = os.getpid()
-    for name in os.listdir(PROC):
-        if not name.isdigit() or int(name) == own:
-            continue
-        fields = _stat_fields(int(name))
-        if not fields or fields[0] == "Z":
-            continue
+    for pid, _ in _live_processes(skip_own=True):
         try:
-            with open(f"{PROC}/{name}/environ", "rb") as environ:
+            with open(f"{PROC}/{pid}/environ", "rb") as environ:
                 text = b"\0" + environ.read()
         except OSError:
             continue
@@ -68,7 +59,7 @@ def marked_processes(variable: str) -> dict[str, list[int]]:
         if start < 0:
             continue
         value = text[start + len(prefix) :].split(b"\0", 1)[0].decode("utf-8", "replace")
-        found.setdefault(value, []).append(int(name))
+        found.setdefault(value, []).append(pid)
     return found
 
 
@@ -119,13 +110,7 @@ def _stat_fields(pid: int) -> list[str] | None:
 
 def group_members(group_id: int) -> list[int]:
     """Returns the pids of the live processes in process group group_id."""
-    members = []
-    for name in os.listdir(PROC):
-        if name.isdigit():
-            fields = _stat_fields(int(name))
-            if fields and fields[2] == str(group_id) and fields[0] != "Z":
-                members.append(int(name))
-    return members
+    return [pid for pid, fields in _live_processes() if fields[2] == str(group_id)]
 
 
 # The read(2) system call's number, as /proc/<pid>/syscall shows it.
