@@ -462,7 +462,7 @@ class TerminalWorker:
     async def handle_command_run(self, message: dict) -> dict:
         session = self._shell(message["id"])
         # A command sent right after creation waits for the shell to be ready to read it.
-        await session.started(FIRST_PROMPT_WAIT_SECONDS)
+        await session.ready_for(message["command"], FIRST_PROMPT_WAIT_SECONDS)
         record = session.run_command(message["command"])
         actor, terminal_id = message.get("actor") or {}, message["id"]
         record.on_finish = lambda finished: self.database.submit(

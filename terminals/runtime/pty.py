@@ -85,15 +85,9 @@ class PtySession(ChildProcess):
     def _check_lines(self, data: bytes) -> None:
         # Only when the program reads whole lines (ICANON): a line editor such as
         # bash's readline, or a full-screen program, reads key by key and takes any length.
-        if len(data) <= MAX_CANONICAL_LINE or self._fd < 0:
+        if len(data) <= MAX_CANONICAL_LINE or not self.canonical():
             return
-        try:
-            canonical = bool(termios.tcgetattr(self._fd)[3] & termios.ICANON)
-        except termios.error:
-            return
-        if not canonical:
-            return
-        longest = max(len(line) for line in LINE_ENDS.split(data))
+        longest = longest_line(data)
         if longest > MAX_CANONICAL_LINE:
             raise LineTooLong(
                 f"a line of {longest} bytes is longer than the {MAX_CANONICAL_LINE} bytes the terminal passes "
@@ -101,6 +95,15 @@ class PtySession(ChildProcess):
                 "Split it, or write it to a file and pass the file",
                 line_bytes=longest, limit_bytes=MAX_CANONICAL_LINE,
             )
+
+    def canonical(self) -> bool:
+        """Whether the program reads whole lines now (ICANON), so lines are cut at MAX_CANONICAL_LINE."""
+        if self._fd < 0:
+            return False
+        try:
+            return bool(termios.tcgetattr(self._fd)[3] & termios.ICANON)
+        except termios.error:
+            return False
 
     # Output
 
@@ -239,6 +242,10 @@ class PtySession(ChildProcess):
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+def longest_line(data: bytes) -> int:
+    return max(len(line) for line in LINE_ENDS.split(data))
 
 
 def _set_window_size(fd: int, cols: int, rows: int) -> None:

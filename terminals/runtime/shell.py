@@ -16,11 +16,12 @@ from .commands import RUNNING, Command, CommandTracker
 from .errors import SessionInactive, TerminalError
 from .markers import Marker, MarkerParser
 from . import processes
-from .pty import PtySession, SpawnSpec
+from .pty import MAX_CANONICAL_LINE, PtySession, SpawnSpec, longest_line
 
 SHIPPED_INTEGRATION = Path(__file__).with_name("shell_integration")
 POLL_SECONDS = 0.1  # how often a waiting command is checked for a prompt that waits for input
 CONFIRM_SECONDS = 0.05
+LINE_EDITOR_SECONDS = 0.5  # how long a long command waits for the shell's line editor to take the terminal
 
 
 class TerminalBusy(TerminalError):
@@ -136,6 +137,18 @@ class ShellSession(PtySession):
         except TimeoutError:
             return False
         return True
+
+    async def ready_for(self, command: str, timeout: float) -> None:
+        """Waits until typing command now delivers it whole: the shell has started, and for a line longer
+        than canonical mode holds, its line editor has switched the terminal to key-by-key reading (the
+        prompt's marker arrives a moment before it does). A shell without a line editor (dash) never
+        switches: then the wait ends after LINE_EDITOR_SECONDS and the write refuses the line clearly."""
+        await self.started(timeout)
+        if longest_line(command.encode("utf-8", errors="surrogateescape")) <= MAX_CANONICAL_LINE:
+            return
+        deadline = asyncio.get_running_loop().time() + LINE_EDITOR_SECONDS
+        while self.canonical() and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.005)
 
     def run_command(self, command: str) -> Command:
         """Types an API command; raises TerminalBusy while another one holds the foreground."""
