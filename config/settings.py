@@ -33,6 +33,8 @@ SECRET_KEY = _persistent_secret_key()
 DEBUG = env_bool("DEBUG", False)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 REDIS_URL = os.getenv("REDIS_URL", "")
+# Connections one process may open to Redis (each channel-layer operation in flight holds one).
+REDIS_MAX_CONNECTIONS = env_int("TERMINALS_REDIS_MAX_CONNECTIONS", 1000, minimum=4)
 
 INSTALLED_APPS = [
     "daphne",
@@ -109,8 +111,11 @@ if REDIS_URL:
             # The read timeout must outlast channels_redis's 5 s blocking pop; connecting fails fast. A command
             # on a pooled connection that Redis closed (it restarted) is tried once more, on a new connection.
             "CONFIG": {
+                # redis-py's pool refuses (MaxConnectionsError) rather than waits beyond max_connections, 100
+                # by default: a web process with more operations in flight than that would answer 503.
                 "hosts": [{"address": REDIS_URL, "socket_timeout": 15, "socket_connect_timeout": 2,
-                           "retry": Retry(NoBackoff(), 1, (RedisConnectionError,))}],
+                           "retry": Retry(NoBackoff(), 1, (RedisConnectionError,)),
+                           "max_connections": REDIS_MAX_CONNECTIONS}],
                 "capacity": 1000,
                 "expiry": 30,
             },

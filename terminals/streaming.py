@@ -4,7 +4,9 @@ Every subscriber gets every byte in order, or an explicit gap. A subscriber
 whose channel is full (a slow client) is skipped, never waited for, so it
 cannot slow the terminal or the other subscribers; on the next batch the
 worker tries again and replays what it missed from the buffer, announcing
-a gap when that part was already evicted. Memory per subscriber is a number.
+a gap when that part was already evicted. A send the channel layer fails
+(Redis away, or out of connections) is retried the same way. Memory per
+subscriber is a number, and so are the sends in flight.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 from channels.exceptions import ChannelFull
 
 from . import protocol
+from .worker_client import TRANSPORT_ERRORS
 from .runtime.buffer import OutputBuffer
 from .runtime.pty import PtySession
 
@@ -36,6 +39,7 @@ class Subscriber:
     next_byte: int  # the first byte this subscriber has not been sent
     interactive: bool = False  # a terminal emulator that answers the program's queries itself
     lagging_since: float | None = None
+    undelivered: bool = False  # the channel layer failed the last send: retry, without the abandon clock
     exit_sent: bool = False
 
 
@@ -79,9 +83,11 @@ class TerminalFeed:
 class OutputFanout:
     """Sends new output of every watched terminal to its subscribers, in batches per event-loop turn."""
 
-    def __init__(self, layer) -> None:
+    def __init__(self, layer, *, concurrency: int = 32) -> None:
         self.layer = layer
         self.feeds: dict[str, TerminalFeed] = {}
+        # Each send in flight holds a Redis connection: a hundred viewers must not need a hundred at once.
+        self.sending = asyncio.Semaphore(concurrency)
 
     def subscribe(
         self, terminal_id: str, session: PtySession, channel: str, from_byte: int, *, interactive: bool = False
@@ -144,7 +150,7 @@ class OutputFanout:
         for channel, subscriber in list(feed.subscribers.items()):
             if subscriber.lagging_since is not None and loop.time() - subscriber.lagging_since > ABANDON_SECONDS:
                 self.unsubscribe(terminal_id, channel)
-        if any(sub.lagging_since is not None for sub in feed.subscribers.values()):
+        if any(sub.lagging_since is not None or sub.undelivered for sub in feed.subscribers.values()):
             loop.call_later(RETRY_SECONDS, self.notify, terminal_id)
 
     async def _send_to(self, terminal_id: str, feed: TerminalFeed, subscriber: Subscriber) -> None:
@@ -178,11 +184,20 @@ class OutputFanout:
     async def _deliver(self, subscriber: Subscriber, frames: list[dict]) -> bool:
         for frame in frames:
             try:
-                await self.layer.send(subscriber.channel, frame)
+                async with self.sending:
+                    await self.layer.send(subscriber.channel, frame)
             except ChannelFull:
                 # A slow client: skip it now, replay from the buffer on a later flush.
                 if subscriber.lagging_since is None:
                     subscriber.lagging_since = asyncio.get_running_loop().time()
                 return False
+            except TRANSPORT_ERRORS as error:
+                # Not the client's fault: replay on a later flush, however long the layer stays away.
+                if not subscriber.undelivered:
+                    logger.warning("output to %s not sent (%s: %s); retrying", subscriber.channel,
+                                   type(error).__name__, error)
+                subscriber.undelivered = True
+                return False
         subscriber.lagging_since = None
+        subscriber.undelivered = False
         return True

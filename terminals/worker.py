@@ -203,7 +203,8 @@ class TerminalWorker:
         self.manager = SessionManager(limits=limits or limits_from_settings(), clock=clock, on_exit=self._on_exit,
                                       confinement=self.confinement)
         self.database = DatabaseQueue()
-        self.fanout = OutputFanout(self.layer)
+        # A quarter of the process's Redis connections at most, leaving the rest for requests and replies.
+        self.fanout = OutputFanout(self.layer, concurrency=max(1, min(32, settings.REDIS_MAX_CONNECTIONS // 4)))
         self.ready = asyncio.Event()
         self.stopped = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
