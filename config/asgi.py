@@ -2,10 +2,14 @@
 
 import os
 
-from django.core.asgi import get_asgi_application
+import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-django_application = get_asgi_application()
+django.setup(set_prefix=False)  # what get_asgi_application() does, before the handler below is built
+
+from terminals.request_threads import ReusedThreadsASGIHandler  # noqa: E402
+
+django_application = ReusedThreadsASGIHandler()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402 - Django must be set up first
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402

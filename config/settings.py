@@ -83,7 +83,7 @@ TEMPLATES = [
 
 
 def _database(url: str) -> dict:
-    database = dj_database_url.parse(url, conn_max_age=0)
+    database = dj_database_url.parse(url, conn_max_age=600, conn_health_checks=True)
     if database["ENGINE"] == "django.db.backends.sqlite3":
         # WAL lets readers run beside the writer; IMMEDIATE takes the write lock
         # up front, so concurrent writers wait (busy timeout) instead of failing
