@@ -29,8 +29,11 @@ class ApiKeyManager(models.Manager["ApiKey"]):
         prefix = key_prefix(key)
         if prefix is None:
             return None
-        record = self.select_related("user").filter(prefix=prefix).first()
-        if record is None or not hmac.compare_digest(record.hashed_key, hash_key(key)):
+        try:
+            record = self.select_related("user").get(prefix=prefix)  # unique; get() compiles no ordering
+        except self.model.DoesNotExist:
+            return None
+        if not hmac.compare_digest(record.hashed_key, hash_key(key)):
             return None
         return record
 

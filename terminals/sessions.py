@@ -31,10 +31,12 @@ def session_get_for(*, user, terminal_id) -> TerminalSession:
         key = uuid.UUID(str(terminal_id))
     except ValueError:
         raise TerminalNotFound(f"Terminal {terminal_id} not found") from None
-    record = TerminalSession.objects.visible_to(user).select_related("worker", "owner").filter(pk=key).first()
-    if record is None:
-        raise TerminalNotFound(f"Terminal {terminal_id} not found")
-    return record
+    try:
+        # get(), not first(): first() orders by the primary key, and compiling that ordering was a tenth of
+        # a REST read's CPU.
+        return TerminalSession.objects.visible_to(user).select_related("worker", "owner").get(pk=key)
+    except TerminalSession.DoesNotExist:
+        raise TerminalNotFound(f"Terminal {terminal_id} not found") from None
 
 
 def session_list(*, user, status: str = "active", session_filter: dict | None = None) -> list[dict]:
