@@ -6,6 +6,7 @@ The comparison with a reference model over arbitrary output and reads is in test
 from __future__ import annotations
 
 import random
+import sys
 
 import pytest
 
@@ -510,3 +511,15 @@ def test_buffer_stats_describe_the_held_output():
     assert buffer.end == 64
     assert buffer.oldest_byte == 36
 
+
+
+def test_lines_evicted_by_a_read_give_their_memory_back():
+    """Evicting from the front only moves a bytearray's start; a buffer that stopped growing must not keep it."""
+    buffer = OutputBuffer(max_lines=10_000, max_bytes=4 << 20)
+    output = b"".join(b"%078d\r\n" % number for number in range(12_000))
+    for offset in range(0, len(output), 4095):
+        buffer.append(output[offset : offset + 4095])
+    buffer.read_lines(mode="tail", tail_lines=5)
+    held = buffer.stats().buffer_bytes
+    assert held == 10_000 * 80
+    assert sys.getsizeof(buffer._data) < held * 1.05  # 1.27x before: the 2,000 dropped lines stayed allocated
