@@ -102,8 +102,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         return host is not None and validate_host(host, settings.ALLOWED_HOSTS)
 
     async def _attach(self, from_byte: int | None) -> dict:
-        record = await database_sync_to_async(sessions.session_get_for)(user=self.actor.user, terminal_id=self.terminal_id)
-        channel = await database_sync_to_async(sessions.hosting_channel)(record)
+        record, channel = await database_sync_to_async(_record_and_channel)(self.actor.user, self.terminal_id)
         self.worker_channel = channel
         self.terminal_id = str(record.id)  # the canonical spelling, for audit rows and worker requests
         return await worker_client.request(channel, protocol.ATTACH, id=str(record.id), subscriber=self.channel_name,
@@ -252,6 +251,12 @@ class TerminalConsumer(AsyncWebsocketConsumer):
     async def _audit_refusal(self, code: str) -> None:
         actor = getattr(self, "actor", None) or Actor(source=(self.scope.get("client") or [""])[0] or "")
         await database_sync_to_async(audit)(actor, "attach", outcome=code, terminal_id=_uuid(self.terminal_id))
+
+
+def _record_and_channel(user, terminal_id: str):
+    # One trip to a database thread for both, not two: an attach is on the create-to-first-prompt path.
+    record = sessions.session_get_for(user=user, terminal_id=terminal_id)
+    return record, sessions.hosting_channel(record)
 
 
 def _authorization_key(value: str) -> str | None:

@@ -7,7 +7,6 @@ import uuid
 from datetime import datetime, timezone as dt_timezone
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -113,10 +112,9 @@ def check_user_limit(owner_id: int) -> None:
 
 
 def session_insert(message: dict, *, pid: int, worker_id: str) -> TerminalSession:
-    owner = get_user_model().objects.get(pk=message["owner_id"])
     return TerminalSession.objects.create(
         id=message["id"],
-        owner=owner,
+        owner_id=message["owner_id"],  # the web process authenticated this user; no need to fetch the row
         api_key_id=message.get("api_key_id"),
         name=message.get("name", ""),
         pid=pid,
