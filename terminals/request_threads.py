@@ -38,7 +38,7 @@ class ExecutorPool:
         self.idle_seconds = idle_seconds
         self._idle: list[tuple[ThreadPoolExecutor, float]] = []  # (executor, when it became idle); newest last
         self._lock = threading.Lock()
-        self.started = 0  # executors made, for tests and health
+        self.started = 0  # executors made (tests read it)
 
     def take(self) -> ThreadPoolExecutor:
         with self._lock:
