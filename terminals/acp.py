@@ -309,12 +309,17 @@ def terminal_wait_for_exit(actor: Actor, params: dict) -> dict:
     return {"exitCode": data["exitCode"], "signal": data["signal"]}
 
 
-def terminal_kill(actor: Actor, params: dict) -> None:
+# The schema's KillTerminalResponse and ReleaseTerminalResponse are objects: a typed client cannot decode null.
+
+
+def terminal_kill(actor: Actor, params: dict) -> dict:
     sessions.session_kill(actor=actor, terminal_id=_terminal(actor, params))
+    return {}
 
 
-def terminal_release(actor: Actor, params: dict) -> None:
+def terminal_release(actor: Actor, params: dict) -> dict:
     sessions.session_terminate(actor=actor, terminal_id=_terminal(actor, params))
+    return {}
 
 
 METHODS: dict[str, Callable[[Actor, dict], object]] = {

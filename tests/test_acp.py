@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
+from pathlib import Path
 
 import pytest
+from jsonschema import Draft202012Validator
 
 from terminals.models import AuditEvent
 
@@ -14,6 +17,44 @@ from .servers import start_embedded
 
 ROUTE = "/api/acp"
 SHORT_WAIT_MS = 300
+
+
+# The published ACP schema (its source and version are in the file's header), for checking every answer.
+ACP_SCHEMA = json.loads((Path(__file__).parent / "acp-terminal-schema.json").read_text())
+RESULTS = {method: shapes["result"] for method, shapes in ACP_SCHEMA["x-methods"].items()}
+
+
+def conforms(instance, reference: str) -> None:
+    """Fails unless instance is valid against the schema's definition at reference ("#/$defs/...")."""
+    validator = Draft202012Validator({**ACP_SCHEMA, "$ref": reference})
+    problems = [f"{list(error.absolute_path)}: {error.message}" for error in validator.iter_errors(instance)]
+    assert not problems, (instance, problems)
+
+
+def assert_acp_response(answer: dict, method) -> None:
+    """A JSON-RPC 2.0 response as ACP defines it: an id, and either the method's result or an error object."""
+    assert answer.get("jsonrpc") == "2.0", answer
+    assert "id" in answer and ("result" in answer) != ("error" in answer), answer
+    assert set(answer) <= {"jsonrpc", "id", "result", "error"}, answer
+    conforms(answer["id"], "#/$defs/RequestId")
+    if "error" in answer:
+        conforms(answer["error"], "#/$defs/Error")
+    else:
+        assert method in RESULTS, f"a result for {method!r}, which has none: {answer}"
+        conforms(answer["result"], RESULTS[method])
+
+
+def acp_post(api: Api, body=None, **kwargs):
+    """Posts to the endpoint; every JSON-RPC response that comes back is checked against the ACP schema."""
+    response = api.post(ROUTE, json=body, **kwargs)  # requests sends data= instead when given
+    if response.status_code == 200:
+        calls = body if isinstance(body, list) else [body]
+        methods = {json.dumps(call.get("id")): call.get("method") for call in calls if isinstance(call, dict)}
+        answers = response.json()
+        for answer in answers if isinstance(answers, list) else [answers]:
+            assert isinstance(answer, dict), answers
+            assert_acp_response(answer, methods.get(json.dumps(answer.get("id"))))
+    return response
 
 
 def new_session() -> str:
@@ -25,7 +66,7 @@ def rpc(api: Api, method: str, params: dict | None = None, request_id=1) -> dict
     body = {"jsonrpc": "2.0", "id": request_id, "method": method}
     if params is not None:
         body["params"] = params
-    response = api.post(ROUTE, json=body)
+    response = acp_post(api, body)
     assert response.status_code == 200, response.text
     answer = response.json()
     assert answer["jsonrpc"] == "2.0"
@@ -98,7 +139,7 @@ def test_output_has_exit_status_only_once_exited(alice, session):
     running = result(alice, "terminal/output", sessionId=session, terminalId=terminal)
     assert "exitStatus" not in running
 
-    assert result(alice, "terminal/kill", sessionId=session, terminalId=terminal) is None
+    assert result(alice, "terminal/kill", sessionId=session, terminalId=terminal) == {}
     killed = result(alice, "terminal/output", sessionId=session, terminalId=terminal)
     assert killed["exitStatus"] == {"exitCode": None, "signal": "SIGKILL"}
 
@@ -131,7 +172,7 @@ def test_timeout_recipe_kills_reads_and_releases(alice, session):
     assert expired.wait(timeout=10) is True
     assert exited.is_set() is False
 
-    assert result(alice, "terminal/kill", **params) is None
+    assert result(alice, "terminal/kill", **params) == {}
     final = result(alice, "terminal/output", **params)
     assert final["exitStatus"] == {"exitCode": None, "signal": "SIGKILL"}
     assert exited.wait(timeout=15) is True
@@ -139,7 +180,7 @@ def test_timeout_recipe_kills_reads_and_releases(alice, session):
     assert waited["answer"]["result"] == {"exitCode": None, "signal": "SIGKILL"}
     assert result(alice, "terminal/wait_for_exit", **params) == {"exitCode": None, "signal": "SIGKILL"}
 
-    assert result(alice, "terminal/release", **params) is None
+    assert result(alice, "terminal/release", **params) == {}
     for method in ("terminal/output", "terminal/kill", "terminal/wait_for_exit", "terminal/release"):
         assert server_error_code(error(alice, method, **params)) == "TERMINAL_INACTIVE", method
 
@@ -147,7 +188,7 @@ def test_timeout_recipe_kills_reads_and_releases(alice, session):
 def test_release_ends_a_running_command(alice, session):
     """release ends a command still running; the terminal is listed as ended, no longer active."""
     terminal = create(alice, session, "sleep", "30")
-    assert result(alice, "terminal/release", sessionId=session, terminalId=terminal) is None
+    assert result(alice, "terminal/release", sessionId=session, terminalId=terminal) == {}
     listed = alice.get("/api/terminals", params={"status": "all", "sessionId": session}).json()["data"]["terminals"]
     assert [(item["terminalId"], item["status"]) for item in listed] == [(terminal, "killed")]
     assert listed[0]["released"] is not None
@@ -186,7 +227,7 @@ def test_batch_answers_each_call_on_its_own(alice, session):
         {"jsonrpc": "2.0", "id": 4, "method": "terminal/create", "params": {"sessionId": session}},
         7,
     ]
-    response = alice.post(ROUTE, json=batch)
+    response = acp_post(alice, batch)
     assert response.status_code == 200
     answers = response.json()
     assert [answer["id"] for answer in answers] == [1, 2, 3, 4, None]
@@ -203,7 +244,7 @@ def test_batch_of_notifications_gets_no_content(alice, session):
     """Notifications are carried out but never answered: a batch of them gets HTTP 204."""
     terminal = create(alice, session, "sleep", "30")
     params = {"sessionId": session, "terminalId": terminal}
-    response = alice.post(ROUTE, json=[
+    response = acp_post(alice, [
         {"jsonrpc": "2.0", "method": "terminal/kill", "params": params},
         {"jsonrpc": "2.0", "method": "terminal/nothing"},
     ])
@@ -214,7 +255,7 @@ def test_batch_of_notifications_gets_no_content(alice, session):
 
 def test_single_notification_gets_no_content(alice):
     """A notification is never answered, not even when it fails."""
-    response = alice.post(ROUTE, json={"jsonrpc": "2.0", "method": "terminal/create", "params": {"sessionId": "s"}})
+    response = acp_post(alice, {"jsonrpc": "2.0", "method": "terminal/create", "params": {"sessionId": "s"}})
     assert response.status_code == 204
     assert response.content == b""
 
@@ -222,7 +263,7 @@ def test_single_notification_gets_no_content(alice):
 @pytest.mark.parametrize("size", [0, 101])
 def test_empty_or_oversized_batch_is_an_invalid_request(alice, size):
     """An empty batch, or one of more than 100 calls, is one Invalid Request and runs nothing."""
-    response = alice.post(ROUTE, json=[{"jsonrpc": "2.0", "id": number, "method": "terminal/nothing"}
+    response = acp_post(alice, [{"jsonrpc": "2.0", "id": number, "method": "terminal/nothing"}
                                        for number in range(size)])
     assert response.status_code == 200
     answer = response.json()
@@ -293,7 +334,7 @@ def test_service_refusal_is_a_server_error_with_the_rest_code(alice, session):
 )
 def test_malformed_json_is_a_parse_error(alice, body):
     """A body that is not JSON answers -32700 with id null and HTTP 200, never a 500."""
-    response = alice.post(ROUTE, data=body, headers={"Content-Type": "application/json"})
+    response = acp_post(alice, data=body, headers={"Content-Type": "application/json"})
     assert response.status_code == 200
     answer = response.json()
     assert answer["id"] is None
@@ -303,7 +344,7 @@ def test_malformed_json_is_a_parse_error(alice, body):
 def test_body_over_the_upload_limit_is_an_invalid_request(alice):
     """A body over Django's upload limit answers -32600 rather than a 500."""
     padded = {"jsonrpc": "2.0", "id": 1, "method": "terminal/output", "padding": "x" * 3_000_000}
-    response = alice.post(ROUTE, json=padded)
+    response = acp_post(alice, padded)
     assert response.status_code == 200
     answer = response.json()
     assert answer["error"]["code"] == -32600
@@ -325,7 +366,7 @@ def test_body_over_the_upload_limit_is_an_invalid_request(alice):
 )
 def test_malformed_request_is_an_invalid_request(alice, payload, answered_id):
     """A request that is not a JSON-RPC 2.0 request object answers -32600, even without an id."""
-    response = alice.post(ROUTE, json=payload)
+    response = acp_post(alice, payload)
     assert response.status_code == 200
     answer = response.json()
     assert answer["error"]["code"] == -32600
@@ -334,7 +375,7 @@ def test_malformed_request_is_an_invalid_request(alice, payload, answered_id):
 
 def test_unauthenticated_call_gets_the_rest_401_envelope(anonymous):
     """Without an API key the endpoint answers the REST API's 401 envelope, not JSON-RPC."""
-    response = anonymous.post(ROUTE, json={"jsonrpc": "2.0", "id": 1, "method": "terminal/output", "params": {}})
+    response = acp_post(anonymous, {"jsonrpc": "2.0", "id": 1, "method": "terminal/output", "params": {}})
     assert response.status_code == 401
     assert response.json()["error"]["code"] == "UNAUTHORIZED"
 
