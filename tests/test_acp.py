@@ -155,6 +155,26 @@ def test_output_byte_limit_keeps_the_newest_whole_characters(alice, session):
     assert output["truncated"] is True
 
 
+def test_output_is_plain_text_as_a_terminal_shows_it(alice, session):
+    """output has no escape sequences, shows a redrawn line's final state, and ends lines with \\n alone."""
+    script = r"printf '\033[1;31mred\033[0m\n10%%\r50%%\rdone\n\033]0;title\007plain\n'"
+    terminal = create(alice, session, "sh", "-c", script)
+    result(alice, "terminal/wait_for_exit", sessionId=session, terminalId=terminal)
+    output = result(alice, "terminal/output", sessionId=session, terminalId=terminal)
+    assert output["output"] == "red\ndone\nplain\n"
+    assert output["truncated"] is False
+
+
+def test_output_byte_limit_counts_the_text_returned(alice, session):
+    """The limit applies to the plain text: colour codes neither use it up nor show in the output."""
+    terminal = create(alice, session, "sh", "-c", r"for i in 1 2 3; do printf '\033[32mline %s\033[0m\n' $i; done",
+                      outputByteLimit=14)
+    result(alice, "terminal/wait_for_exit", sessionId=session, terminalId=terminal)
+    output = result(alice, "terminal/output", sessionId=session, terminalId=terminal)
+    assert output["output"] == "line 2\nline 3\n"
+    assert output["truncated"] is True
+
+
 def test_timeout_recipe_kills_reads_and_releases(alice, session):
     """Seed 003's timeout: a timer beats wait_for_exit, then kill, output, wait_for_exit and release all answer."""
     terminal = create(alice, session, "sleep", "30")
