@@ -90,17 +90,23 @@ def _ignore(call: Call) -> None:
     pass
 
 
-def handle(payload, *, actor: Actor, on_call: Callable[[Call], None] = _ignore) -> dict | list | None:
+def _admit(method: str) -> None:
+    pass
+
+
+def handle(payload, *, actor: Actor, on_call: Callable[[Call], None] = _ignore,
+           admit: Callable[[str], None] = _admit) -> dict | list | None:
     """The response to a request, the list of responses to a batch, or None when nothing is answered.
 
-    on_call sees every call, notifications and refused ones included.
+    on_call sees every call, notifications and refused ones included. admit sees the method of every
+    well-formed call before it runs, and refuses it by raising a ServiceError (the creation throttle).
     """
     if not isinstance(payload, list):
-        return handle_one(payload, actor, on_call)
+        return handle_one(payload, actor, on_call, admit)
     if not payload or len(payload) > MAX_BATCH:
         message = "empty batch" if not payload else f"a batch holds at most {MAX_BATCH} calls"
         return _refuse(RpcError(INVALID_REQUEST, {"message": message}), on_call)
-    responses = [handle_one(request, actor, on_call) for request in payload]
+    responses = [handle_one(request, actor, on_call, admit) for request in payload]
     return [response for response in responses if response is not None] or None
 
 
@@ -109,12 +115,17 @@ def refuse(code: int, message: str, *, on_call: Callable[[Call], None] = _ignore
     return _refuse(RpcError(code, {"message": message}), on_call)
 
 
+def refuse_service(error: ServiceError, *, on_call: Callable[[Call], None] = _ignore) -> dict:
+    """The response to a body the service refused unread (RATE_LIMITED): a server error with the REST code."""
+    return _refuse(RpcError.from_service(error), on_call)
+
+
 def _refuse(error: RpcError, on_call: Callable[[Call], None]) -> dict:
     on_call(Call(method=None, id=None, outcome=error.outcome, terminal_id=None))
     return _response(None, error=error)
 
 
-def handle_one(request, actor: Actor, on_call: Callable[[Call], None]) -> dict | None:
+def handle_one(request, actor: Actor, on_call: Callable[[Call], None], admit: Callable[[str], None]) -> dict | None:
     """Runs one call; returns its response, or None for a notification."""
     request_id = _request_id(request)
     method = request.get("method") if isinstance(request, dict) else None
@@ -122,6 +133,7 @@ def handle_one(request, actor: Actor, on_call: Callable[[Call], None]) -> dict |
     try:
         method, params = _parse(request, request_id)
         terminal_id = _uuid_or_none(params.get("terminalId"))
+        admit(method)
         result = METHODS[method](actor, params)
         if method == "terminal/create":
             terminal_id = _uuid_or_none(result["terminalId"])

@@ -13,6 +13,7 @@ from jsonschema import Draft202012Validator
 from terminals.models import AuditEvent
 
 from .client import Api
+from .conftest import make_key
 from .servers import start_embedded
 
 ROUTE = "/api/acp"
@@ -398,6 +399,67 @@ def test_unauthenticated_call_gets_the_rest_401_envelope(anonymous):
     response = acp_post(anonymous, {"jsonrpc": "2.0", "id": 1, "method": "terminal/output", "params": {}})
     assert response.status_code == 401
     assert response.json()["error"]["code"] == "UNAUTHORIZED"
+
+
+# Throttling
+
+THROTTLE_RATES = {"TERMINALS_THROTTLE_RATE": "6/min", "TERMINALS_CREATE_THROTTLE_RATE": "2/min"}
+
+
+@pytest.fixture(scope="module")
+def throttled_server(django_db_setup):
+    server = start_embedded(**THROTTLE_RATES)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def throttled(orm, throttled_server):
+    """A client with a fresh key on the throttled server: 6 requests and 2 creations a minute."""
+    _, key = make_key()
+    api = Api(throttled_server.url, key)
+    yield api
+    api.cleanup()
+
+
+def rate_limited(answer: dict) -> float:
+    """The seconds to wait that a RATE_LIMITED server error carries."""
+    assert server_error_code(answer) == "RATE_LIMITED", answer
+    retry_after = answer["data"]["details"]["retryAfter"]
+    assert 0 < retry_after <= 60
+    assert "retry in" in answer["data"]["message"]
+    return retry_after
+
+
+def test_acp_and_rest_creations_share_one_count(throttled, orm, session):
+    """terminal/create counts against the REST creation rate: ACP cannot create past it, nor REST after it."""
+    throttled.create(shell="/bin/sh")
+    batch = [{"jsonrpc": "2.0", "id": number, "method": "terminal/create",
+              "params": {"sessionId": session, "command": "sleep", "args": ["30"]}} for number in (1, 2)]
+    created, refused = acp_post(throttled, batch).json()
+    throttled.created.append(created["result"]["terminalId"])
+    rate_limited(refused["error"])
+    assert throttled.post("/api/terminals", json={"shell": "/bin/sh"}).status_code == 429
+
+    listed = throttled.get("/api/terminals", params={"status": "all"}).json()["data"]["terminals"]
+    assert sorted(item["terminalId"] for item in listed) == sorted(throttled.created)
+    prefix = throttled.key.split(".")[0]
+    refusal = AuditEvent.objects.get(key_prefix=prefix, action="acp", details__id=2)
+    assert (refusal.outcome, refusal.details["method"], refusal.terminal_id) == ("RATE_LIMITED", "terminal/create", None)
+
+
+def test_request_rate_is_answered_in_json_rpc(throttled, orm):
+    """Past the request rate the endpoint answers a JSON-RPC RATE_LIMITED error with HTTP 200 and Retry-After."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "terminal/output", "params": {}}
+    assert [acp_post(throttled, body).status_code for _ in range(6)] == [200] * 6
+    response = acp_post(throttled, body)
+    assert response.status_code == 200
+    answer = response.json()
+    assert answer["id"] is None
+    assert 1 <= int(response.headers["Retry-After"]) <= 60
+    assert rate_limited(answer["error"]) <= int(response.headers["Retry-After"])
+    prefix = throttled.key.split(".")[0]
+    assert AuditEvent.objects.filter(key_prefix=prefix, action="acp", outcome="RATE_LIMITED").count() == 1
 
 
 # Isolation
