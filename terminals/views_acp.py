@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
@@ -49,10 +48,6 @@ def _admit(request, method: str) -> None:
         raise as_service_error(exceptions.Throttled(throttle.wait()))
 
 
-def _reject_constant(name: str):
-    raise ValueError(f"{name} is not JSON")
-
-
 class AcpView(APIView):
     """The Agent Client Protocol's terminal methods; one audit row per call."""
 
@@ -81,12 +76,12 @@ class AcpView(APIView):
         on_call = functools.partial(_audit_call, actor)
         # The body is read here, not by the parser, so malformed JSON is answered in JSON-RPC, not the REST envelope.
         try:
-            payload = json.loads(request.body, parse_constant=_reject_constant)
+            payload = acp.parse_body(request.body)
         except RequestDataTooBig:
-            limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-            return Response(acp.refuse(acp.INVALID_REQUEST, f"the body is larger than {limit} bytes", on_call=on_call))
-        except (ValueError, RecursionError):
-            return Response(acp.refuse(acp.PARSE_ERROR, "the body is not valid JSON", on_call=on_call))
+            message = f"the body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes"
+            return Response(acp.refuse(acp.RpcError(acp.INVALID_REQUEST, {"message": message}), on_call=on_call))
+        except acp.RpcError as error:
+            return Response(acp.refuse(error, on_call=on_call))
         answer = acp.handle(payload, actor=actor, on_call=on_call, admit=functools.partial(_admit, request))
         return Response(status=204) if answer is None else Response(answer)
 
@@ -96,5 +91,5 @@ class AcpView(APIView):
             error = as_service_error(exc)
             on_call = functools.partial(_audit_call, Actor.from_request(self.request))
             headers = {"Retry-After": retry_after(error.wait)} if error.wait is not None else {}
-            return Response(acp.refuse_service(error, on_call=on_call), headers=headers)
+            return Response(acp.refuse(error, on_call=on_call), headers=headers)
         return super().handle_exception(exc)

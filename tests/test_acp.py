@@ -321,6 +321,14 @@ TERMINAL = {"sessionId": "sess_params", "terminalId": str(uuid.uuid4())}
         ("terminal/create", {**CREATE, "env": [{"name": "A", "value": 1}]}, "env"),
         ("terminal/create", {**CREATE, "env": [{"name": "A", "value": "1", "extra": "x"}]}, "env"),
         ("terminal/create", {**CREATE, "cwd": "relative/dir"}, "cwd"),
+        ("terminal/create", {**CREATE, "command": "tr\x00ue"}, "command"),
+        ("terminal/create", {**CREATE, "args": ["-c", "\x00"]}, "args"),
+        ("terminal/create", {**CREATE, "env": [{"name": "A", "value": "1\x00"}]}, "env"),
+        ("terminal/create", {**CREATE, "env": [{"name": "A\x00", "value": "1"}]}, "env"),
+        ("terminal/create", {**CREATE, "cwd": "/tmp\x00"}, "cwd"),
+        ("terminal/create", {**CREATE, "outputByteLimit": 10.0}, "outputByteLimit"),
+        ("terminal/create", {**CREATE, "outputByteLimit": 2**64 - 1}, "outputByteLimit"),
+        ("terminal/output", {**TERMINAL, "terminalId": "\x00"}, "terminalId"),
         ("terminal/create", {**CREATE, "outputByteLimit": 0}, "outputByteLimit"),
         ("terminal/create", {**CREATE, "outputByteLimit": "10"}, "outputByteLimit"),
         ("terminal/create", {**CREATE, "outputByteLimit": True}, "outputByteLimit"),
@@ -360,6 +368,63 @@ def test_malformed_json_is_a_parse_error(alice, body):
     answer = response.json()
     assert answer["id"] is None
     assert answer["error"]["code"] == -32700
+
+
+def audit_rows_of(api: Api) -> int:
+    return AuditEvent.objects.filter(key_prefix=api.key.split(".")[0], action="acp").count()
+
+
+@pytest.fixture
+def fresh(orm, embedded_server):
+    """A client with a key of its own, so its audit rows can be counted."""
+    _, key = make_key()
+    return Api(embedded_server.url, key)
+
+
+@pytest.mark.parametrize(
+    "body, code",
+    [
+        (b'{"jsonrpc": "2.0", "id": 1e400, "method": "terminal/output", "params": {}}', -32700),
+        (b'{"jsonrpc": "2.0", "id": -1e400, "method": "terminal/output"}', -32700),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "terminal/output", "params": {"_meta": {"x": 1e999}}}', -32700),
+        (b'{"jsonrpc": "2.0", "id": 123456789012345678901234567890, "method": "terminal/output"}', -32700),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "terminal/output", "params": {"n": ' + b"9" * 5000 + b"}}", -32700),
+        (rb'{"jsonrpc": "2.0", "id": "\ud800", "method": "terminal/output"}', -32700),
+        (rb'{"jsonrpc": "2.0", "id": 1, "method": "terminal/\udfff"}', -32700),
+        (rb'{"jsonrpc": "2.0", "id": 1, "method": "terminal/output", "params": {"\udc00": 1}}', -32700),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "terminal/output", "params": {"_meta": '
+         + b"[" * 200 + b"]" * 200 + b"}}", -32700),
+        (b'{"jsonrpc": "2.0", "id": 1.5, "method": "terminal/output"}', -32600),
+        (b'{"jsonrpc": "2.0", "id": 2.0, "method": "terminal/output"}', -32600),
+        (b'{"jsonrpc": "2.0", "id": 9223372036854775808, "method": "terminal/output"}', -32600),
+    ],
+    ids=["id-1e400", "id-minus-1e400", "meta-1e999", "id-huge-integer", "integer-of-5000-digits", "id-lone-surrogate",
+         "method-lone-surrogate", "key-lone-surrogate", "nested-200-deep", "id-fraction", "id-float", "id-past-int64"],
+)
+def test_values_the_service_cannot_keep_are_refused_and_audited(fresh, body, code):
+    """Non-finite or out-of-range numbers, lone surrogates and deep nesting answer a JSON-RPC error with id null."""
+    before = audit_rows_of(fresh)
+    response = acp_post(fresh, data=body, headers={"Content-Type": "application/json"})
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert answer["id"] is None
+    assert answer["error"]["code"] == code
+    assert answer["error"]["data"]["message"]
+    assert audit_rows_of(fresh) == before + 1
+    assert error(fresh, "terminal/launch")["code"] == -32601  # and the service keeps answering
+
+
+def test_audit_row_keeps_a_safe_rendering_of_method_and_id(fresh, orm):
+    """The audit stores method and id cut short, with keys masked and no NUL, whatever the client sent."""
+    request_id, method = "tk_0123abcd.s3cretpart\x00" + "i" * 5000, "terminal/" + "m" * 5000
+    answer = rpc(fresh, method, {}, request_id=request_id)
+    assert answer["error"]["code"] == -32601
+    row = AuditEvent.objects.filter(key_prefix=fresh.key.split(".")[0], action="acp").latest("id")
+    assert row.outcome == "METHOD_NOT_FOUND"
+    assert row.details["id"].startswith("tk_0123abcd.[redacted]\ufffd")
+    assert "s3cret" not in row.details["id"]
+    assert len(row.details["id"]) == len(row.details["method"]) == 200
+    assert row.details["method"] == method[:200]
 
 
 def test_body_over_the_upload_limit_is_an_invalid_request(alice):
