@@ -8,6 +8,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from terminals.models import AuditEvent
@@ -425,6 +427,80 @@ def test_audit_row_keeps_a_safe_rendering_of_method_and_id(fresh, orm):
     assert "s3cret" not in row.details["id"]
     assert len(row.details["id"]) == len(row.details["method"]) == 200
     assert row.details["method"] == method[:200]
+
+
+class Raw(str):
+    """JSON text put into a generated body as it is: numbers Python cannot hold, deep nesting."""
+
+
+def to_json(value) -> str:
+    """The body's text; json.dumps writes lone surrogates as \\ud800 escapes and non-BMP characters as pairs."""
+    if isinstance(value, Raw):
+        return str(value)
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{json.dumps(key)}:{to_json(item)}" for key, item in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(to_json(item) for item in value) + "]"
+    return json.dumps(value)
+
+
+TEXTS = st.one_of(
+    st.text(max_size=20),
+    st.text(st.characters(min_codepoint=0x10000), min_size=1, max_size=5),  # outside the BMP
+    st.text(st.characters(categories=["Cs"]), min_size=1, max_size=3),  # lone surrogates
+)
+OUT_OF_RANGE = st.sampled_from([Raw("1e400"), Raw("-1e400"), Raw("1e999999"), Raw("9" * 30), Raw("-" + "9" * 20),
+                                Raw("18446744073709551616"), Raw("1" * 5000)])
+NUMBERS = st.one_of(st.integers(), st.floats(allow_nan=False, allow_infinity=False), OUT_OF_RANGE)
+DEEP = st.integers(min_value=1, max_value=300).map(lambda depth: Raw("[" * depth + "]" * depth))
+SCALARS = st.one_of(TEXTS, NUMBERS, st.booleans(), st.none(), DEEP)
+VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXTS, inner, max_size=3),
+                      max_leaves=8)
+# outputByteLimit is never valid, so no generated call creates a terminal.
+BAD_LIMITS = st.one_of(st.integers(max_value=0), st.integers(min_value=2**31), st.floats(), OUT_OF_RANGE, TEXTS,
+                       st.booleans(), st.lists(st.integers(), max_size=2))
+METHODS = ["terminal/output", "terminal/wait_for_exit", "terminal/kill", "terminal/release", "terminal/launch"]
+
+
+@st.composite
+def acp_bodies(draw) -> str:
+    """A request with an id, each member well-formed or not; it can only be answered with an error."""
+    method = draw(st.sampled_from([*METHODS, "terminal/create"]) | VALUES)
+    if method == "terminal/create":
+        params = draw(st.fixed_dictionaries(
+            {"outputByteLimit": BAD_LIMITS},
+            optional={"sessionId": TEXTS | VALUES, "command": TEXTS | VALUES, "args": st.lists(TEXTS) | VALUES,
+                      "env": st.lists(st.fixed_dictionaries({"name": TEXTS, "value": TEXTS | VALUES})) | VALUES,
+                      "cwd": TEXTS | VALUES, "_meta": VALUES},
+        ))
+    else:
+        # An unknown terminal: even a well-formed call of a known method is TERMINAL_NOT_FOUND.
+        params = draw(st.fixed_dictionaries(
+            {}, optional={"sessionId": TEXTS | VALUES, "terminalId": st.uuids().map(str) | VALUES, "_meta": VALUES},
+        ) | VALUES)
+    request = {
+        "jsonrpc": draw(st.just("2.0") | VALUES),
+        "id": draw(st.integers(min_value=-(2**63), max_value=2**63 - 1) | st.text(max_size=10) | VALUES),
+        "method": method,
+        "params": params,
+    }
+    return to_json(request)
+
+
+@settings(derandomize=True, database=None, deadline=None, max_examples=150,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(body=acp_bodies())
+def test_generated_acp_bodies_get_a_json_rpc_error(fresh, body):
+    """Any body with non-BMP or surrogate strings, deep nesting, out-of-range numbers, floats for integers or
+    wrong types gets HTTP 200, a JSON-RPC error valid against the ACP schema, and exactly one audit row."""
+    before = audit_rows_of(fresh)
+    response = acp_post(fresh, data=body.encode("utf-8"), headers={"Content-Type": "application/json"})
+    assert response.status_code == 200, (body, response.text)
+    answer = response.json()
+    assert isinstance(answer, dict) and "error" in answer, (body, answer)
+    assert audit_rows_of(fresh) == before + 1, body
+    assert error(fresh, "terminal/launch")["code"] == -32601  # the service still answers
+    assert audit_rows_of(fresh) == before + 2
 
 
 def test_body_over_the_upload_limit_is_an_invalid_request(alice):
