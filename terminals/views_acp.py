@@ -16,7 +16,7 @@ from rest_framework.views import APIView
 from . import acp
 from . import serializers as s
 from .audit import Actor, audit
-from .exceptions import as_service_error, retry_after
+from .exceptions import ServiceError, as_service_error, retry_after
 from .throttling import ApiKeyRateThrottle, CreateRateThrottle
 
 DESCRIPTION = """\
@@ -25,7 +25,9 @@ terminal/output, terminal/wait_for_exit, terminal/kill, terminal/release, with t
 Protocol's params (sessionId, terminalId, command, args, env, cwd, outputByteLimit).
 
 Every JSON-RPC answer, errors included, comes with HTTP 200; notifications only get 204.
-Errors: -32700 body not JSON; -32600 not a request, an empty batch, more than 100 calls or a body
+Errors: -32700 body not JSON, or holding a value the service cannot keep (a number that is not a finite
+64-bit float, an integer outside int64/uint64, a lone surrogate, nesting over 64 levels); -32600 not a
+request, an id other than a string, an int64 or null, an empty batch, more than 100 calls or a body
 over the upload limit; -32601 unknown method; -32602 invalid params (data.field names the
 parameter); -32603 internal error; -32000 service error (data.code is the REST API's error code,
 or TIMEOUT when terminal/wait_for_exit outlasts the server's maximum wait, MAX_WAIT_MS).
@@ -91,5 +93,8 @@ class AcpView(APIView):
             error = as_service_error(exc)
             on_call = functools.partial(_audit_call, Actor.from_request(self.request))
             headers = {"Retry-After": retry_after(error.wait)} if error.wait is not None else {}
-            return Response(acp.refuse(error, on_call=on_call), headers=headers)
+            try:
+                return Response(acp.refuse(error, on_call=on_call), headers=headers)
+            except ServiceError as unaudited:  # AUDIT_UNAVAILABLE: answered like any request the audit refuses
+                exc = unaudited
         return super().handle_exception(exc)
