@@ -12,6 +12,9 @@ Decisions the protocol leaves open:
   -32000 with data.code "TIMEOUT" and the terminal keeps running.
 - Errors of the service answer -32000 "Server error" with data {code, message, details},
   code being the REST API's error code (TERMINAL_NOT_FOUND, TERMINAL_INACTIVE, LIMIT_REACHED, ...).
+  Throttling is one of them: RATE_LIMITED, with details.retryAfter in seconds.
+- terminal/output is plain text (escape sequences removed, redrawn lines in their final state, \n line
+  ends): what an editor shows in its agent panel and a model reads. outputByteLimit counts that text.
 - A body is refused whole, as a parse error, when it holds a value the service could not echo or record
   faithfully: a number that is not finite or an integer outside int64/uint64 (the widest the ACP schema
   uses), a string with a lone surrogate, or nesting deeper than MAX_DEPTH. An id must be what the ACP
