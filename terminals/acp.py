@@ -12,11 +12,22 @@ Decisions the protocol leaves open:
   -32000 with data.code "TIMEOUT" and the terminal keeps running.
 - Errors of the service answer -32000 "Server error" with data {code, message, details},
   code being the REST API's error code (TERMINAL_NOT_FOUND, TERMINAL_INACTIVE, LIMIT_REACHED, ...).
+  Throttling is one of them: RATE_LIMITED, with details.retryAfter in seconds.
+- terminal/output is plain text (escape sequences removed, redrawn lines in their final state, \n line
+  ends): what an editor shows in its agent panel and a model reads. outputByteLimit counts that text.
+- A body is refused whole, as a parse error, when it holds a value the service could not echo or record
+  faithfully: a number that is not finite or an integer outside int64/uint64 (the widest the ACP schema
+  uses), a string with a lone surrogate, or nesting deeper than MAX_DEPTH. An id must be what the ACP
+  schema's RequestId allows: a string, an int64 integer or null; a float is refused even when whole.
+- The audit row of every call, refused ones included, stores a safe rendering of the method and id
+  (keys masked, at most AUDIT_TEXT characters, no NUL or lone surrogates), so it can always be written.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +37,7 @@ from django.conf import settings
 from . import sessions
 from .audit import Actor
 from .exceptions import ServiceError, TerminalNotFound
+from .redaction import redact
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +61,10 @@ OUTCOMES = {
     SERVER_ERROR: "SERVER_ERROR",
 }
 MAX_BATCH = 100
+MAX_DEPTH = 64  # levels of arrays and objects; ACP's own requests need five, _meta leaves room
+SMALLEST_INTEGER, LARGEST_INTEGER = -(2**63), 2**64 - 1  # int64 and uint64, the widest integers in the ACP schema
+SMALLEST_ID, LARGEST_ID = -(2**63), 2**63 - 1  # RequestId is an int64
+AUDIT_TEXT = 200  # characters of a method or id kept in the audit row
 MAX_SESSION_ID = 200
 MAX_OUTPUT_BYTE_LIMIT = 2**31 - 1  # what the terminal record's column holds on every database
 NO_ID = object()  # a request without "id" is a notification and gets no response
@@ -90,23 +106,29 @@ def _ignore(call: Call) -> None:
     pass
 
 
-def handle(payload, *, actor: Actor, on_call: Callable[[Call], None] = _ignore) -> dict | list | None:
+def _admit(method: str) -> None:
+    pass
+
+
+def handle(payload, *, actor: Actor, on_call: Callable[[Call], None] = _ignore,
+           admit: Callable[[str], None] = _admit) -> dict | list | None:
     """The response to a request, the list of responses to a batch, or None when nothing is answered.
 
-    on_call sees every call, notifications and refused ones included.
+    on_call sees every call, notifications and refused ones included. admit sees the method of every
+    well-formed call before it runs, and refuses it by raising a ServiceError (the creation throttle).
     """
     if not isinstance(payload, list):
-        return handle_one(payload, actor, on_call)
+        return handle_one(payload, actor, on_call, admit)
     if not payload or len(payload) > MAX_BATCH:
         message = "empty batch" if not payload else f"a batch holds at most {MAX_BATCH} calls"
         return _refuse(RpcError(INVALID_REQUEST, {"message": message}), on_call)
-    responses = [handle_one(request, actor, on_call) for request in payload]
+    responses = [handle_one(request, actor, on_call, admit) for request in payload]
     return [response for response in responses if response is not None] or None
 
 
-def refuse(code: int, message: str, *, on_call: Callable[[Call], None] = _ignore) -> dict:
-    """The response to a body refused before any call in it could be read (PARSE_ERROR, INVALID_REQUEST)."""
-    return _refuse(RpcError(code, {"message": message}), on_call)
+def refuse(error: RpcError | ServiceError, *, on_call: Callable[[Call], None] = _ignore) -> dict:
+    """The response to a body refused before any call in it could be read: unparsable, too large, throttled."""
+    return _refuse(RpcError.from_service(error) if isinstance(error, ServiceError) else error, on_call)
 
 
 def _refuse(error: RpcError, on_call: Callable[[Call], None]) -> dict:
@@ -114,7 +136,73 @@ def _refuse(error: RpcError, on_call: Callable[[Call], None]) -> dict:
     return _response(None, error=error)
 
 
-def handle_one(request, actor: Actor, on_call: Callable[[Call], None]) -> dict | None:
+# Reading the body
+
+
+class _Unkeepable(ValueError):
+    """A JSON value the service could neither echo nor record faithfully."""
+
+
+def parse_body(body: bytes):
+    """The JSON value of a request body; raises RpcError (PARSE_ERROR) saying what is wrong with it."""
+    try:
+        payload = json.loads(body, parse_constant=_reject_constant, parse_float=_finite_float, parse_int=_bounded_int)
+        _check_keepable(payload)
+    except _Unkeepable as problem:
+        raise RpcError(PARSE_ERROR, {"message": str(problem)}) from None
+    except RecursionError:
+        raise RpcError(PARSE_ERROR, {"message": f"the body is nested more than {MAX_DEPTH} levels deep"}) from None
+    except ValueError:
+        raise RpcError(PARSE_ERROR, {"message": "the body is not valid JSON"}) from None
+    return payload
+
+
+def _reject_constant(name: str):
+    raise _Unkeepable(f"{name} is not JSON: send numbers as finite decimals")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _Unkeepable(f"the number {text[:40]} is out of range: numbers must fit a 64-bit float")
+    return value
+
+
+def _bounded_int(text: str) -> int:
+    # Checked on the digits first: Python refuses to convert more than 4300 of them.
+    value = int(text) if len(text) <= 21 else None
+    if value is None or not SMALLEST_INTEGER <= value <= LARGEST_INTEGER:
+        raise _Unkeepable(f"the integer {text[:40]} is out of range: integers must be from {SMALLEST_INTEGER} "
+                          f"to {LARGEST_INTEGER}; send larger values as strings")
+    return value
+
+
+def _check_keepable(payload) -> None:
+    """Raises _Unkeepable for nesting deeper than MAX_DEPTH or a string (key or value) with a lone surrogate."""
+    pending = [(payload, 0)]
+    while pending:  # iterative, so no depth of nesting can exhaust the stack
+        value, depth = pending.pop()
+        if isinstance(value, str):
+            _check_text(value)
+        elif isinstance(value, (dict, list)):
+            if depth >= MAX_DEPTH:
+                raise _Unkeepable(f"the body is nested more than {MAX_DEPTH} levels deep")
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, item in items:
+                if isinstance(key, str):
+                    _check_text(key)
+                pending.append((item, depth + 1))
+
+
+def _check_text(text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _Unkeepable("a string holds a lone surrogate (\\ud800-\\udfff without its pair): "
+                          "send text as valid UTF-16 pairs or plain UTF-8") from None
+
+
+def handle_one(request, actor: Actor, on_call: Callable[[Call], None], admit: Callable[[str], None]) -> dict | None:
     """Runs one call; returns its response, or None for a notification."""
     request_id = _request_id(request)
     method = request.get("method") if isinstance(request, dict) else None
@@ -122,6 +210,7 @@ def handle_one(request, actor: Actor, on_call: Callable[[Call], None]) -> dict |
     try:
         method, params = _parse(request, request_id)
         terminal_id = _uuid_or_none(params.get("terminalId"))
+        admit(method)
         result = METHODS[method](actor, params)
         if method == "terminal/create":
             terminal_id = _uuid_or_none(result["terminalId"])
@@ -147,8 +236,14 @@ def _request_id(request):
     if not isinstance(request, dict) or "id" not in request:
         return NO_ID
     request_id = request["id"]
-    valid = request_id is None or (isinstance(request_id, (str, int, float)) and not isinstance(request_id, bool))
-    return request_id if valid else None
+    return request_id if _is_request_id(request_id) else None
+
+
+def _is_request_id(value) -> bool:
+    """What the ACP schema's RequestId allows: null, a string or an int64 (never a float, nor a bool)."""
+    if value is None or isinstance(value, str):
+        return True
+    return isinstance(value, int) and not isinstance(value, bool) and SMALLEST_ID <= value <= LARGEST_ID
 
 
 def _is_notification(request, error: RpcError) -> bool:
@@ -157,11 +252,20 @@ def _is_notification(request, error: RpcError) -> bool:
 
 
 def _audited(method):
-    return method if isinstance(method, str) else None
+    return _safe_text(method) if isinstance(method, str) else None
 
 
 def _audited_id(request_id):
-    return None if request_id is NO_ID else request_id
+    if request_id is NO_ID:
+        return None
+    return _safe_text(request_id) if isinstance(request_id, str) else request_id
+
+
+def _safe_text(text: str) -> str:
+    """Text any database's JSON column takes: keys masked, cut short, NUL and lone surrogates replaced."""
+    text = redact(text[: AUDIT_TEXT * 2])[:AUDIT_TEXT]
+    text = text.encode("utf-8", errors="replace").decode("utf-8").replace("\x00", "\ufffd")
+    return text
 
 
 def _response(request_id, *, result=None, error: RpcError | None = None) -> dict:
@@ -180,7 +284,8 @@ def _parse(request, request_id) -> tuple[str, dict]:
     if request.get("jsonrpc") != "2.0":
         raise RpcError(INVALID_REQUEST, {"message": 'jsonrpc must be "2.0"'})
     if request_id is None and request.get("id") is not None:
-        raise RpcError(INVALID_REQUEST, {"message": "id must be a string, a number or null"})
+        message = f"id must be a string, an integer from {SMALLEST_ID} to {LARGEST_ID}, or null"
+        raise RpcError(INVALID_REQUEST, {"message": message})
     method = request.get("method")
     if not isinstance(method, str):
         raise RpcError(INVALID_REQUEST, {"message": "method must be a string"})
@@ -218,7 +323,14 @@ def _string(params: dict, name: str, *, required: bool = True, max_length: int |
         raise _invalid(name, "must be a non-empty string" if required else "must be a string")
     if max_length is not None and len(value) > max_length:
         raise _invalid(name, f"must be at most {max_length} characters")
+    _refuse_nul(name, value)
     return value
+
+
+def _refuse_nul(name: str, *texts: str) -> None:
+    # A command line, an environment and a path end at NUL, and PostgreSQL text cannot hold it.
+    if any("\x00" in text for text in texts):
+        raise _invalid(name, "must not contain NUL (\\u0000)")
 
 
 def _strings(params: dict, name: str) -> list[str]:
@@ -227,6 +339,7 @@ def _strings(params: dict, name: str) -> list[str]:
         return []
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise _invalid(name, "must be a list of strings")
+    _refuse_nul(name, *value)
     return value
 
 
@@ -241,6 +354,7 @@ def _env(params: dict) -> dict[str, str]:
             raise _invalid("env", "each item must be exactly {name, value}")
         if not isinstance(item["name"], str) or not isinstance(item["value"], str):
             raise _invalid("env", "name and value must be strings")
+        _refuse_nul("env", item["name"], item["value"])
     # A name given twice keeps its last value, as a shell's assignments would.
     return {item["name"]: item["value"] for item in value}
 
@@ -262,10 +376,7 @@ def _output_byte_limit(params: dict) -> int | None:
 
 
 def _session_id(params: dict) -> str:
-    session_id = _string(params, "sessionId", max_length=MAX_SESSION_ID)
-    if "\x00" in session_id:
-        raise _invalid("sessionId", "must not contain NUL")  # PostgreSQL text cannot hold it
-    return session_id
+    return _string(params, "sessionId", max_length=MAX_SESSION_ID)
 
 
 def _terminal(actor: Actor, params: dict) -> str:
@@ -309,12 +420,17 @@ def terminal_wait_for_exit(actor: Actor, params: dict) -> dict:
     return {"exitCode": data["exitCode"], "signal": data["signal"]}
 
 
-def terminal_kill(actor: Actor, params: dict) -> None:
+# The schema's KillTerminalResponse and ReleaseTerminalResponse are objects: a typed client cannot decode null.
+
+
+def terminal_kill(actor: Actor, params: dict) -> dict:
     sessions.session_kill(actor=actor, terminal_id=_terminal(actor, params))
+    return {}
 
 
-def terminal_release(actor: Actor, params: dict) -> None:
+def terminal_release(actor: Actor, params: dict) -> dict:
     sessions.session_terminate(actor=actor, terminal_id=_terminal(actor, params))
+    return {}
 
 
 METHODS: dict[str, Callable[[Actor, dict], object]] = {

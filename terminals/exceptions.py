@@ -231,6 +231,11 @@ def _first_problem(problems) -> str:
     return str(problems)
 
 
+def retry_after(wait: float) -> str:
+    """A Retry-After header's whole seconds for a throttle's wait, never less than one."""
+    return str(max(1, int(wait + 0.999)))
+
+
 def exception_handler(exc: Exception, context: dict) -> Response:
     """DRF's EXCEPTION_HANDLER: renders the envelope and records the refusal in the audit trail."""
     from .audit import audit_refusal
@@ -239,7 +244,7 @@ def exception_handler(exc: Exception, context: dict) -> Response:
     headers = {}
     wait = getattr(error, "wait", None)
     if isinstance(error, RateLimited) and wait is not None:
-        headers["Retry-After"] = str(max(1, int(wait + 0.999)))
+        headers["Retry-After"] = retry_after(wait)
     if isinstance(error, Unauthorized):
         headers["WWW-Authenticate"] = "Api-Key"
     request = context.get("request")

@@ -262,7 +262,7 @@ def _wait_seconds(timeout_ms: int) -> float:
 
 
 def session_newest_output(*, actor: Actor, terminal_id) -> dict:
-    """The output as it stands, raw: the newest outputByteLimit bytes (or the whole buffer), whole characters."""
+    """The output as a terminal shows it, plain text: the newest outputByteLimit bytes (or the whole buffer)."""
     record = session_get_for(user=actor.user, terminal_id=terminal_id)
     limit = record.output_byte_limit or settings.TERMINALS["MAX_BUFFER_BYTES"]
     return _ask_worker(record, protocol.NEWEST, limit=limit)

@@ -69,4 +69,8 @@ class CreateRateThrottle(ApiKeyRateThrottle):
     def allow_request(self, request, view) -> bool:
         if getattr(view, "action", None) != "create":
             return True
-        return super().allow_request(request, view)
+        return self.allow_creation(request)
+
+    def allow_creation(self, request) -> bool:
+        """Counts one creation of the request's key, also for creations not made by the REST view (ACP)."""
+        return super().allow_request(request, None)

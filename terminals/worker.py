@@ -19,6 +19,7 @@ from django.db import close_old_connections
 
 from . import protocol, records
 from .runtime import confinement as confine
+from .runtime.ansi import newest_plain_text
 from .runtime.errors import TerminalError
 from .runtime.manager import Limits, SessionManager
 from .runtime.processes import kill_marked, marked_processes, signal_number
@@ -373,9 +374,12 @@ class TerminalWorker:
 
     async def handle_newest(self, message: dict) -> dict:
         session = self.manager.get(message["id"])
-        text, truncated = session.buffer.newest_text(message["limit"])
-        return {"output": text, "truncated": truncated, "exitStatus": exit_status_data(session.exit_status)
-                if session.finished else None}
+        # All that is held, not just the newest limit bytes: escape sequences take room the plain text does not.
+        raw, evicted = session.buffer.text_between(0, None)
+        exit_status = exit_status_data(session.exit_status) if session.finished else None
+        # Rendering a few MB takes a fraction of a second: off the loop, so other terminals are not held up.
+        text, cut = await asyncio.to_thread(newest_plain_text, raw, message["limit"])
+        return {"output": text, "truncated": evicted or cut, "exitStatus": exit_status}
 
     async def handle_bytes(self, message: dict) -> dict:
         session = self.manager.get(message["id"])

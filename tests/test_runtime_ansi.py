@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from terminals.runtime.ansi import strip_ansi
+from terminals.runtime.ansi import newest_plain_text, strip_ansi
 
 # Escape sequences
 
@@ -219,3 +219,31 @@ def test_large_progress_output_is_stripped_quickly() -> None:
     elapsed = time.perf_counter() - started
     assert stripped == f"99% [{'#' * 49}]\n"
     assert elapsed < 2.0, f"took {elapsed:.2f}s"
+
+
+# The newest plain text within a byte limit (the Agent Client Protocol's terminal/output)
+
+
+def test_newest_plain_text_renders_and_joins_lines_with_newlines() -> None:
+    """Colours go, a redrawn line shows its final state, and PTY line ends become \n."""
+    assert newest_plain_text("\x1b[31mred\x1b[0m\r\n10%\r50%\rdone\r\n", 1000) == ("red\ndone\n", False)
+
+
+def test_newest_plain_text_keeps_the_newest_whole_characters() -> None:
+    """Past the limit the oldest text goes; a character the cut would split is left out whole."""
+    text, cut = newest_plain_text("a" + "\u20ac" * 20, 10)
+    assert (text, cut) == ("\u20ac" * 3, True)
+
+
+def test_newest_plain_text_counts_the_bytes_it_returns_not_the_escapes() -> None:
+    """Escape sequences do not use up the limit: it applies to the text returned."""
+    coloured = "".join(f"\x1b[3{digit % 8}m{digit}\x1b[0m" for digit in range(10))
+    assert newest_plain_text(coloured, 10) == ("0123456789", False)
+
+
+def test_newest_plain_text_cuts_padding_a_column_move_added() -> None:
+    """A move to a far column lengthens the line; the limit still holds afterwards."""
+    text, cut = newest_plain_text("x\x1b[500Gy", 100)
+    assert cut is True
+    assert len(text.encode()) == 100
+    assert text.endswith(" y")

@@ -101,3 +101,19 @@ def complete_escapes_end(data: bytes) -> int:
     tail_start = max(0, len(data) - 256)
     match = _UNFINISHED_ESCAPE.search(data, tail_start)
     return match.start() if match else len(data)
+
+
+def newest_plain_text(raw: str, limit: int) -> tuple[str, bool]:
+    """The end of raw as a terminal shows it, at most limit UTF-8 bytes, from a whole character on.
+
+    Returns the text and whether anything of the rendered text was left out. Rendering can
+    lengthen a line (a move to a far column pads with blanks), so the cut comes after it.
+    """
+    plain = strip_ansi(raw)
+    encoded = plain.encode("utf-8", errors="surrogatepass")
+    if len(encoded) <= limit:
+        return plain, False
+    start = len(encoded) - limit
+    while start < len(encoded) and 0x80 <= encoded[start] < 0xC0:  # inside a character: start at the next one
+        start += 1
+    return encoded[start:].decode("utf-8", errors="surrogatepass"), True

@@ -334,13 +334,6 @@ class OutputBuffer:
             return "", truncated
         return decode(self._data[local_start:local_stop], at_start=truncated, at_end=end is None), truncated
 
-    def newest_text(self, limit: int) -> tuple[str, bool]:
-        """The newest limit bytes at most, starting on a character boundary; truncated when older ones exist."""
-        self._apply_line_limit()
-        local_start = max(0, len(self._data) - limit)
-        truncated = local_start > 0 or self._start > 0
-        return decode(self._data[local_start:], at_start=local_start > 0 or self._head_cut), truncated
-
     # Eviction and indexing
 
     def _has_partial_line(self) -> bool:
