@@ -621,6 +621,51 @@ def test_live_follow_streams_output_and_exit_and_resumes_with_last_event_id(serv
     assert "tick-1" not in rest
 
 
+
+def follow_until(api: Api, terminal: str, end: int, headers: dict) -> list[dict]:
+    """The events of a follow stream until its output reaches byte end; then the stream is left."""
+    events = []
+    with api.get(f"/api/terminals/{terminal}/output", params={"follow": "true"}, headers=headers, stream=True,
+                 timeout=(5, 20)) as response:
+        assert response.status_code == 200, response.text
+        for item in sse_events(response):
+            events.append(item)
+            if item["event"] in ("output", "gap") and int(item["id"]) >= end:
+                return events
+    raise AssertionError(f"the follow stream ended before byte {end}: {events}")
+
+
+def test_live_replay_honours_the_output_byte_limit_while_another_client_watches(embedded_server, keys):
+    """A terminal with outputByteLimit 101 prints 400 bytes while a client watches (so the output kept for
+    watchers holds all of it): a WebSocket client and a follow stream that then ask for byte 0 get a gap and no
+    more than the newest 101 bytes, as every other read does."""
+    limit, api = 101, Api(embedded_server.url, keys["alice"])
+    try:
+        terminal = api.create(shell="/bin/sh", outputByteLimit=limit)["terminalId"]
+
+        async def scenario():
+            watcher = await Live.open(embedded_server.url, terminal, keys["alice"])
+            api.send(terminal, "i=0; while [ $i -lt 40 ]; do printf 'line-%03d\\n' $i; i=$((i+1)); done; sleep 60")
+            await watcher.until_text("line-039")
+            end = stats(api, terminal)["totalBytes"]
+            late = await Live.open(embedded_server.url, terminal, keys["alice"], fromByte=0)
+            await late.until(lambda it: it.next >= end, f"byte {end}")
+            await late.close()
+            events = await asyncio.to_thread(follow_until, api, terminal, end, {"Last-Event-ID": "0"})
+            await watcher.close()
+            return late, events, end
+
+        late, events, end = run(scenario())
+        assert late.attached["oldestByte"] == end - limit
+        assert late.frames[1] == {"type": "gap", "from": 0, "to": end - limit}
+        assert len(late.data) == limit and late.text.endswith("line-039\r\n")
+        assert events[1]["event"] == "gap" and events[1]["data"] == {"from": 0, "to": end - limit}
+        followed = "".join(item["data"]["data"] for item in events if item["event"] == "output")
+        assert followed == late.text
+    finally:
+        api.cleanup()
+
+
 # Many clients
 
 
