@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
+from types import SimpleNamespace
 from urllib.parse import urlencode
 
 import pytest
@@ -771,4 +772,60 @@ def test_live_attach_cli_types_resizes_and_detaches(embedded_server, keys, tmp_p
     finally:
         if tmux is not None:
             tmux.kill()
+        api.cleanup()
+
+
+def attach_cli(server, key: str, terminal: str, stdin: bytes, *options: str) -> subprocess.CompletedProcess:
+    """`manage.py attach` with a pipe on standard input, as a script runs it."""
+    command = [sys.executable, str(ROOT / "manage.py"), "attach", terminal, "--url", server.url, "--key", key,
+               *options]
+    return subprocess.run(command, input=stdin, capture_output=True, cwd=ROOT, env=service_env(), timeout=60)
+
+
+def test_live_attach_cli_types_a_pipe_and_exits_with_the_remote_exit_code(embedded_server, keys):
+    """Piped into `manage.py attach`, the lines run in the remote shell, their output is printed, and the command
+    exits with the shell's exit code, or 128 + N when a signal N killed it, as ssh does."""
+    api = Api(embedded_server.url, keys["alice"])
+    try:
+        terminal = api.create(shell="/bin/bash")["terminalId"]
+        done = attach_cli(embedded_server, keys["alice"], terminal, b"echo hi-$((40+2))\nexit 5\n")
+        assert done.returncode == 5, done
+        assert b"hi-42" in done.stdout, done
+
+        terminal = api.create(shell="/bin/bash")["terminalId"]
+        done = attach_cli(embedded_server, keys["alice"], terminal, b"kill -KILL $$\n")
+        assert done.returncode == 128 + 9, done
+
+        # An ended terminal whose output is still held replays it and exits with its code at once.
+        terminal = api.create(command="sh", args=["-c", "echo bye; exit 3"])["terminalId"]
+        api.wait_status(terminal, "exited")
+        done = attach_cli(embedded_server, keys["alice"], terminal, b"", "--view")
+        assert (done.returncode, b"bye" in done.stdout) == (3, True), done
+    finally:
+        api.cleanup()
+
+
+def test_live_attach_cli_says_in_words_why_it_could_not_attach(embedded_server, keys):
+    """A refused attach ends with status 255 and a sentence saying what happened and what to do, not a code."""
+    api = Api(embedded_server.url, keys["alice"])
+    try:
+        unknown = str(uuid.uuid4())
+        done = attach_cli(embedded_server, keys["alice"], unknown, b"")
+        assert done.returncode == 255, done
+        assert f"no terminal {unknown} is visible to this key".encode() in done.stderr, done
+        assert b"GET /api/terminals" in done.stderr and b"4404" not in done.stderr, done
+
+        terminal = api.create(shell="/bin/bash")["terminalId"]
+        done = attach_cli(embedded_server, "not-a-key", terminal, b"")
+        assert done.returncode == 255 and b"did not accept the API key" in done.stderr, done
+
+        assert api.delete(f"/api/terminals/{terminal}").status_code == 200
+        done = attach_cli(embedded_server, keys["alice"], terminal, b"")
+        assert done.returncode == 255, done
+        assert f"terminal {terminal} has ended and its output is no longer held".encode() in done.stderr, done
+
+        done = attach_cli(SimpleNamespace(url="http://127.0.0.1:9"), keys["alice"], terminal, b"")
+        assert done.returncode == 255 and b"cannot connect to ws://127.0.0.1:9" in done.stderr, done
+        assert b"check --url" in done.stderr, done
+    finally:
         api.cleanup()
