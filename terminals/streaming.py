@@ -37,8 +37,8 @@ ABANDON_SECONDS = 60.0  # a subscriber whose channel stays full this long is gon
 class Subscriber:
     channel: str
     next_byte: int  # the first byte this subscriber has not been sent
-    # The terminal's oldest readable byte when this subscriber came: a replay honours the terminal's limits even
-    # where the output kept for lagging watchers reaches further back.
+    # The terminal's oldest readable byte when this subscriber first came: its replay honours the terminal's
+    # limits even where the output kept for lagging watchers reaches further back.
     replay_from: int = 0
     interactive: bool = False  # a terminal emulator that answers the program's queries itself
     lagging_since: float | None = None
@@ -97,8 +97,11 @@ class OutputFanout:
     ) -> Subscriber:
         """Starts (or restarts, from a new byte) sending a terminal's output to a channel."""
         feed = self.feeds.get(terminal_id) or self.feeds.setdefault(terminal_id, TerminalFeed.watching(session))
+        known = feed.subscribers.get(channel)
+        # A client resuming after a pause keeps its place in the kept output; a new one starts within the limits.
+        replay_from = known.replay_from if known is not None else session.buffer.oldest_byte
         subscriber = Subscriber(channel=channel, next_byte=max(0, from_byte), interactive=interactive,
-                                replay_from=session.buffer.oldest_byte)
+                                replay_from=replay_from)
         feed.subscribers[channel] = subscriber
         session.on_output = lambda: self.notify(terminal_id)
         self._update_emulator(feed)

@@ -667,6 +667,39 @@ def test_live_replay_honours_the_output_byte_limit_while_another_client_watches(
         api.cleanup()
 
 
+
+def test_live_client_resuming_after_a_pause_gets_every_byte_beyond_a_small_output_limit(embedded_server, keys):
+    """A client that stops acknowledging is paused; when it acknowledges after the program printed 6 MB into a
+    terminal that keeps 1 KiB, it resumes from where it was paused with no gap: the output kept for attached
+    clients serves it, and the terminal's limit bounds only what a new client replays."""
+    api = Api(embedded_server.url, keys["alice"])
+    try:
+        flood = "read go; head -c 4500000 /dev/zero | base64 -w 76; echo flood-''end"
+        terminal = api.create(command="sh", args=["-c", flood], outputByteLimit=1024)["terminalId"]
+
+        async def scenario():
+            live = await Live.open(embedded_server.url, terminal, keys["alice"])
+            await asyncio.to_thread(api.send, terminal, "go")
+            paused = await live.next_of("paused")
+            await asyncio.to_thread(api.wait_status, terminal, "exited", 60)
+            assert stats(api, terminal)["oldestByte"] > paused["offset"]  # the terminal itself no longer holds it
+            await live.send(type="ack", offset=paused["offset"])
+            while True:
+                frame = await live.frame()
+                if frame["type"] == "paused":
+                    await live.send(type="ack", offset=frame["offset"])
+                elif frame["type"] == "exit":
+                    await live.send(type="ack", offset=frame["offset"])
+                    return live
+
+        live = run(scenario(), timeout=120)
+        assert not [frame for frame in live.frames if frame["type"] == "gap"]
+        assert live.next == stats(api, terminal)["totalBytes"]
+        assert live.text.endswith("flood-end\r\n")
+    finally:
+        api.cleanup()
+
+
 # Many clients
 
 
