@@ -808,16 +808,20 @@ def test_live_attach_cli_types_resizes_and_detaches(embedded_server, keys, tmp_p
         api.cleanup()
 
 
-def attach_cli(server, key: str, terminal: str, stdin: bytes, *options: str) -> subprocess.CompletedProcess:
-    """`manage.py attach` with a pipe on standard input, as a script runs it."""
+def attach_cli(server, key: str, terminal: str, stdin, *options: str) -> subprocess.CompletedProcess:
+    """`manage.py attach` as a script runs it: bytes go through a pipe on standard input, a path is opened."""
     command = [sys.executable, str(ROOT / "manage.py"), "attach", terminal, "--url", server.url, "--key", key,
                *options]
-    return subprocess.run(command, input=stdin, capture_output=True, cwd=ROOT, env=service_env(), timeout=60)
+    if isinstance(stdin, bytes):
+        return subprocess.run(command, input=stdin, capture_output=True, cwd=ROOT, env=service_env(), timeout=60)
+    with open(stdin, "rb") as source:
+        return subprocess.run(command, stdin=source, capture_output=True, cwd=ROOT, env=service_env(), timeout=60)
 
 
-def test_live_attach_cli_types_a_pipe_and_exits_with_the_remote_exit_code(embedded_server, keys):
+def test_live_attach_cli_types_a_pipe_and_exits_with_the_remote_exit_code(embedded_server, keys, tmp_path):
     """Piped into `manage.py attach`, the lines run in the remote shell, their output is printed, and the command
-    exits with the shell's exit code, or 128 + N when a signal N killed it, as ssh does."""
+    exits with the shell's exit code, or 128 + N when a signal N killed it, as ssh does; a file or /dev/null on
+    standard input works too."""
     api = Api(embedded_server.url, keys["alice"])
     try:
         terminal = api.create(shell="/bin/bash")["terminalId"]
@@ -829,10 +833,18 @@ def test_live_attach_cli_types_a_pipe_and_exits_with_the_remote_exit_code(embedd
         done = attach_cli(embedded_server, keys["alice"], terminal, b"kill -KILL $$\n")
         assert done.returncode == 128 + 9, done
 
+        script = tmp_path / "script"
+        script.write_bytes(b"echo from-$((6*7))-file\nexit 7\n")
+        terminal = api.create(shell="/bin/bash")["terminalId"]
+        done = attach_cli(embedded_server, keys["alice"], terminal, script)
+        assert (done.returncode, b"from-42-file" in done.stdout) == (7, True), done
+
         # An ended terminal whose output is still held replays it and exits with its code at once.
         terminal = api.create(command="sh", args=["-c", "echo bye; exit 3"])["terminalId"]
         api.wait_status(terminal, "exited")
         done = attach_cli(embedded_server, keys["alice"], terminal, b"", "--view")
+        assert (done.returncode, b"bye" in done.stdout) == (3, True), done
+        done = attach_cli(embedded_server, keys["alice"], terminal, "/dev/null")
         assert (done.returncode, b"bye" in done.stdout) == (3, True), done
     finally:
         api.cleanup()
