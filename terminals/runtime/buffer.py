@@ -359,9 +359,10 @@ class OutputBuffer:
             self._evict_to(self._start_of_line(self._first_line + excess), whole_lines=False)
             self._compact()
         if len(self._data) > self.max_bytes:
-            # Exactly the newest max_bytes: readers skip what is left of a character cut in two (_head_cut).
+            # Exactly the newest max_bytes: readers skip what is left of a character cut in two (_head_cut). No
+            # _compact: this drops at most the slack, which the memory bound already counts, and copying here
+            # would copy the whole buffer every few reads of a flood.
             self._evict_to(self.end - self.max_bytes, whole_lines=False)
-            self._compact()
 
     def _compact(self) -> None:
         # Dropping bytes from the front frees no memory: CPython only moves the bytearray's start. A terminal
