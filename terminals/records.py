@@ -169,7 +169,13 @@ def command_audit(terminal_id: str, command: dict, actor: dict) -> None:
     )
 
 
+def window_size(record: TerminalSession) -> tuple[int | None, int | None]:
+    """(cols, rows); a terminal on pipes has no window, so no size (the columns keep their defaults)."""
+    return (record.cols, record.rows) if record.pty else (None, None)
+
+
 def session_created_data(record: TerminalSession) -> dict:
+    cols, rows = window_size(record)
     return {
         "terminalId": str(record.id),
         "pid": record.pid,
@@ -178,8 +184,8 @@ def session_created_data(record: TerminalSession) -> dict:
         "created": iso(record.created),
         "status": record.status,
         "name": record.name,
-        "cols": record.cols,
-        "rows": record.rows,
+        "cols": cols,
+        "rows": rows,
         "command": record.command,
         "args": record.args,
         "pty": record.pty,
@@ -190,6 +196,7 @@ def session_created_data(record: TerminalSession) -> dict:
 
 def session_data(record: TerminalSession) -> dict:
     """The terminal's record as the list and detail endpoints show it."""
+    cols, rows = window_size(record)
     return {
         "id": str(record.id),
         "terminalId": str(record.id),
@@ -197,8 +204,8 @@ def session_data(record: TerminalSession) -> dict:
         "pid": record.pid,
         "shell": record.shell,
         "cwd": record.cwd,
-        "cols": record.cols,
-        "rows": record.rows,
+        "cols": cols,
+        "rows": rows,
         "created": iso(record.created),
         "lastActivity": iso(record.last_activity),
         "status": record.status,

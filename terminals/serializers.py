@@ -63,6 +63,12 @@ class TerminalCreateSerializer(serializers.Serializer):
             raise serializers.ValidationError({"command": "Give a shell or a command, not both."})
         if attrs.get("args") and not attrs.get("command"):
             raise serializers.ValidationError({"args": "args go with command."})
+        if attrs.get("pty") is False:
+            given = [field for field in ("cols", "rows") if field in self.initial_data]
+            if given:
+                # Pipes have no window: a size would be accepted and then have no effect.
+                raise serializers.ValidationError({field: 'A terminal without a PTY ("pty": false) has no window '
+                                                   "size; leave cols and rows out." for field in given})
         return attrs
 
     def use_case_arguments(self) -> dict:
@@ -242,8 +248,8 @@ class TerminalCreatedSerializer(serializers.Serializer):
     created = serializers.DateTimeField()
     status = serializers.CharField()
     name = serializers.CharField()
-    cols = serializers.IntegerField()
-    rows = serializers.IntegerField()
+    cols = serializers.IntegerField(allow_null=True, help_text="null for a terminal on pipes (no screen)")
+    rows = serializers.IntegerField(allow_null=True, help_text="null for a terminal on pipes (no screen)")
     command = serializers.CharField(allow_blank=True)
     args = serializers.ListField(child=serializers.CharField())
     pty = serializers.BooleanField()

@@ -37,6 +37,9 @@ ABANDON_SECONDS = 60.0  # a subscriber whose channel stays full this long is gon
 class Subscriber:
     channel: str
     next_byte: int  # the first byte this subscriber has not been sent
+    # The terminal's oldest readable byte when this subscriber first came: its replay honours the terminal's
+    # limits even where the output kept for lagging watchers reaches further back.
+    replay_from: int = 0
     interactive: bool = False  # a terminal emulator that answers the program's queries itself
     lagging_since: float | None = None
     undelivered: bool = False  # the channel layer failed the last send: retry, without the abandon clock
@@ -94,7 +97,11 @@ class OutputFanout:
     ) -> Subscriber:
         """Starts (or restarts, from a new byte) sending a terminal's output to a channel."""
         feed = self.feeds.get(terminal_id) or self.feeds.setdefault(terminal_id, TerminalFeed.watching(session))
-        subscriber = Subscriber(channel=channel, next_byte=max(0, from_byte), interactive=interactive)
+        known = feed.subscribers.get(channel)
+        # A client resuming after a pause keeps its place in the kept output; a new one starts within the limits.
+        replay_from = known.replay_from if known is not None else session.buffer.oldest_byte
+        subscriber = Subscriber(channel=channel, next_byte=max(0, from_byte), interactive=interactive,
+                                replay_from=replay_from)
         feed.subscribers[channel] = subscriber
         session.on_output = lambda: self.notify(terminal_id)
         self._update_emulator(feed)
@@ -158,7 +165,8 @@ class OutputFanout:
         budget = REPLAY_BYTES
         complete = not feed.session.is_alive
         while subscriber.next_byte < buffer.end and budget > 0:
-            data, start, truncated = buffer.read_bytes(subscriber.next_byte, min(FRAME_BYTES, budget), complete=complete)
+            position = max(subscriber.next_byte, subscriber.replay_from)
+            data, start, truncated = buffer.read_bytes(position, min(FRAME_BYTES, budget), complete=complete)
             if not data and not truncated:
                 break  # only part of a character so far: it goes with the next output
             if truncated or start > subscriber.next_byte:

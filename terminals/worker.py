@@ -27,7 +27,7 @@ from .runtime.pty import ExitStatus, SpawnSpec
 from .runtime.buffer import OutputBuffer
 from .runtime.commands import Command
 from .runtime.pty import MARKER_VARIABLE, PtySession
-from .runtime.shell import ShellSession
+from .runtime.shell import ShellSession, TerminalBusy
 from .streaming import OutputFanout
 from .shapes import bytes_data, command_data, command_summary, exit_status_data, info_data, line_read_data, stats_data
 
@@ -90,7 +90,10 @@ class AccountUnavailable(TerminalError):
     code = "FORBIDDEN"
 
 
-FIRST_PROMPT_WAIT_SECONDS = 2.0  # within the web side's deadline, which allows the worker timeout on top
+# A new shell gets this long to show its first prompt on top of a command's timeout (so a command that does not
+# wait, or waits less, still finds it started); a longer wait counts against the timeout. Within the web side's
+# deadline, which allows the worker timeout on top of the command's.
+FIRST_PROMPT_WAIT_SECONDS = 2.0
 CGROUP_PREFIX = "terminals-worker-"  # + the worker's pid: a group whose pid is gone belonged to a killed worker
 
 
@@ -466,15 +469,36 @@ class TerminalWorker:
 
     async def handle_command_run(self, message: dict) -> dict:
         session = self._shell(message["id"])
-        # A command sent right after creation waits for the shell to be ready to read it.
-        await session.ready_for(message["command"], FIRST_PROMPT_WAIT_SECONDS)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + message["timeout"] + FIRST_PROMPT_WAIT_SECONDS
+        await self._first_prompt(session, message["timeout"] + FIRST_PROMPT_WAIT_SECONDS)
+        await session.ready_for(message["command"], 0)
         record = session.run_command(message["command"])
         actor, terminal_id = message.get("actor") or {}, message["id"]
         record.on_finish = lambda finished: self.database.submit(
             lambda: records.command_audit(terminal_id, command_summary(finished), actor)
         )
-        result = await session.wait_command(record, message["timeout"]) if message.get("wait", True) else None
+        if message.get("wait", True):
+            # A first prompt that took longer than FIRST_PROMPT_WAIT_SECONDS took that much of the timeout.
+            result = await session.wait_command(record, min(message["timeout"], max(0.0, deadline - loop.time())))
+        else:
+            result = None
         return {"terminalId": message["id"], **command_data(session, record, message.get("read", {}), result)}
+
+    @staticmethod
+    async def _first_prompt(session: ShellSession, seconds: float) -> None:
+        """Waits for a new shell's first prompt; refuses the command, typing nothing, when it does not come.
+
+        Typed earlier, the command would sit in the terminal until the shell reads it, at no known time, or be
+        read by whatever its startup files run (a question they ask, say).
+        """
+        if not await session.started(seconds):
+            raise TerminalBusy(
+                f"the shell has not shown its first prompt within {seconds:g} s: its startup files are still "
+                "running (or waiting for input), so nothing was typed. Read the terminal's output to see what it "
+                "is doing, then send the command again, with a longer timeoutMs if the shell starts slowly",
+                startingShell={"waitedMs": round(seconds * 1000)},
+            )
 
     async def handle_command_get(self, message: dict) -> dict:
         session, record = self._command(message)

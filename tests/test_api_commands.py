@@ -9,6 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from terminals.models import AuditEvent
+
 from .client import Api, elapsed
 from .servers import wait_for
 
@@ -282,6 +284,39 @@ def test_command_with_syntax_error_before_first_prompt_completes(alice, shell, t
     assert data["status"] == "completed", data
     assert data["exitCode"] in (1, 2)
     assert run_done(alice, terminal, "echo next")["output"] == "next\n"
+
+
+def sleeping_bashrc(folder, seconds: float) -> dict[str, str]:
+    """A HOME whose .bashrc sleeps before bash shows its first prompt."""
+    (folder / ".bashrc").write_text(f"sleep {seconds}\n")
+    return {"HOME": str(folder)}
+
+
+def test_command_sent_while_the_shell_starts_waits_for_its_first_prompt(alice, tmp_path):
+    """A .bashrc that sleeps 1.5 s, and a command sent at once with a 1 s timeout: it waits for the first prompt
+    (the first 2 s of that wait do not count against the timeout), then runs and completes."""
+    terminal = shell_terminal(alice, BASH, env=sleeping_bashrc(tmp_path, 1.5))
+    data = run_done(alice, terminal, "echo hi-$((40+2))", timeoutMs=1000)
+    assert (data["output"], data["exitCode"]) == ("hi-42\n", 0)
+
+
+def test_command_is_refused_untyped_when_the_shell_shows_no_prompt_in_time(alice, orm, tmp_path):
+    """A .bashrc that sleeps 5 s, and a command sent at once with a 1 s timeout: no prompt within the timeout and
+    2 s, so 409 TERMINAL_BUSY says the shell has not started and what to do, nothing is typed, the refusal is
+    audited; once the shell has started, a command runs."""
+    terminal = shell_terminal(alice, BASH, env=sleeping_bashrc(tmp_path, 5))
+    refused = post_command(alice, terminal, "echo never-''typed", timeoutMs=1000)
+    assert refused.status_code == 409, refused.text
+    error = refused.json()["error"]
+    assert error["code"] == "TERMINAL_BUSY"
+    assert error["details"] == {"startingShell": {"waitedMs": 3000}}
+    assert "has not shown its first prompt within 3 s" in error["message"]
+    assert "nothing was typed" in error["message"] and "longer timeoutMs" in error["message"]
+    assert AuditEvent.objects.filter(terminal_id=terminal, action="commands", outcome="TERMINAL_BUSY").exists()
+
+    assert run_done(alice, terminal, "echo after-''start", timeoutMs=10_000)["output"] == "after-start\n"
+    assert "never-" not in alice.full_output(terminal)
+    assert [item["command"] for item in history(alice, terminal)["commands"]] == ["echo after-''start"]
 
 
 @shells

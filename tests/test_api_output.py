@@ -342,3 +342,47 @@ def test_terminal_detail_returns_the_record(alice):
     after = alice.get(f"/api/terminals/{terminal}").json()["data"]
     assert datetime.fromisoformat(after["lastActivity"].replace("Z", "+00:00")) > before
     assert after["status"] == "active"
+
+
+# A terminal's outputByteLimit, whatever its buffer holds for a while
+
+LIMIT = 101
+FORTY_LINES = "i=0; while [ $i -lt 40 ]; do printf 'line-%03d\\n' $i; i=$((i+1)); done"  # 400 bytes on a PTY
+
+
+def test_every_read_honours_the_output_byte_limit_and_says_output_was_dropped(alice):
+    """A terminal with outputByteLimit 101 whose program printed 400 bytes: no read mode returns more than the
+    newest 101 bytes, and each says truncated; stats count only those; a command's output is clamped the same."""
+    terminal = alice.create(command="/bin/sh", args=["-c", FORTY_LINES], outputByteLimit=LIMIT)["terminalId"]
+    alice.wait_status(terminal, "exited")
+    stats = alice.get(f"/api/terminals/{terminal}/stats").json()["data"]
+    assert stats["totalBytes"] == 400
+    assert (stats["oldestByte"], stats["bufferBytes"]) == (400 - LIMIT, LIMIT)
+
+    # The newest 101 bytes: the \n ending line 29, then lines 30 to 39.
+    newest = "\n" + "".join(f"line-{number:03d}\r\n" for number in range(30, 40))
+    assert len(newest.encode()) == LIMIT
+    for params in ({}, {"mode": "head", "headLines": 50}, {"mode": "tail", "tailLines": 50},
+                   {"mode": "head-tail", "headLines": 3, "tailLines": 3}, {"since": 0}, {"since": 5},
+                   {"sinceTime": "2000-01-01T00:00:00Z"}):
+        read = alice.output(terminal, **params)
+        assert len(read["output"].encode()) <= LIMIT, (params, read)
+        assert "line-029" not in read["output"], (params, read)
+        assert read["truncated"] is True, (params, read)
+        assert read["oldestLine"] == 29, (params, read)
+    assert alice.output(terminal)["output"] == newest.replace("\r\n", "\n").rstrip("\n")
+
+    chunk = alice.output(terminal, fromByte=0, maxBytes=100000)
+    assert (chunk["chunk"], chunk["fromByte"], chunk["truncated"]) == (newest, 400 - LIMIT, True)
+    assert alice.output(terminal, fromByte=400 - LIMIT - 1, maxBytes=5)["truncated"] is True
+
+
+def test_a_command_reads_no_more_than_the_output_byte_limit(alice):
+    """A command's output in a terminal with outputByteLimit 101 is the newest 101 bytes at most, truncated."""
+    terminal = alice.create(shell="/bin/sh", outputByteLimit=LIMIT)["terminalId"]
+    response = alice.post(f"/api/terminals/{terminal}/commands", json={"command": FORTY_LINES})
+    assert response.status_code == 200, response.text
+    data = response.json()["data"]
+    assert data["exitCode"] == 0, data
+    assert len(data["output"].encode()) <= LIMIT and "line-039" in data["output"], data
+    assert "line-000" not in data["output"] and data["truncated"] is True, data

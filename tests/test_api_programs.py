@@ -288,6 +288,24 @@ def test_pipes_without_a_command_are_refused_naming_pty(alice):
     assert_invalid(alice.post("/api/terminals", json={"shell": "/bin/bash", "pty": False}), "pty")
 
 
+def test_pipes_have_no_size_in_create_list_and_detail(orm, alice):
+    """A pty:false terminal shows cols and rows as null in the answer to create, in the list and in the detail
+    alike; giving a size with pty false is refused and creates nothing."""
+    created = alice.create(command="cat", pty=False)
+    terminal = created["terminalId"]
+    listed = [item for item in alice.get("/api/terminals").json()["data"]["terminals"] if item["terminalId"] == terminal]
+    detail = alice.get(f"/api/terminals/{terminal}").json()["data"]
+    for shown in (created, listed[0], detail):
+        assert (shown["cols"], shown["rows"]) == (None, None), shown
+    pty = alice.create(command="cat", cols=100, rows=30)
+    assert (pty["cols"], pty["rows"]) == (100, 30)
+
+    before = alice.get("/api/terminals").json()["data"]["count"]
+    assert_invalid(alice.post("/api/terminals", json={"command": "cat", "pty": False, "cols": 100}), "cols")
+    assert_invalid(alice.post("/api/terminals", json={"command": "cat", "pty": False, "rows": 30}), "rows")
+    assert alice.get("/api/terminals").json()["data"]["count"] == before
+
+
 def test_pipes_have_no_screen_and_no_size(orm, alice):
     """A pty:false terminal answers 400 to screen and resize; its record has no resize."""
     terminal = alice.create(command="cat", pty=False)["terminalId"]

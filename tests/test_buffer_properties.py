@@ -167,7 +167,8 @@ class Model:
             total_lines=total,
             next_read_from=next_read_from,
             has_more=next_read_from < finished_total,
-            truncated=evicted > 0 or omitted > 0 or (self.head_cut(oldest) and start == first < total),
+            truncated=evicted > 0 or omitted > 0 or (self.head_cut(oldest) and start == first < total)
+            or (since is None and oldest > 0),
             lines_omitted=omitted,
             lines_evicted=evicted,
             oldest_line=first,
@@ -194,28 +195,28 @@ reads = st.fixed_dictionaries({
 })
 
 
-def check_eviction_point(buffer: OutputBuffer, model: Model, previous_oldest: int, appended_now: bool) -> int:
+def check_eviction_point(buffer: OutputBuffer, model: Model, previous_oldest: int) -> int:
     """The oldest held byte is within the limits and not further on than they require; returns it."""
     stats = buffer.stats()
     oldest = stats.oldest_byte
     held_bytes = model.end - oldest
     held_finished = model.data[oldest:].count(b"\n")
     assert previous_oldest <= oldest <= model.end
-    assert held_bytes <= buffer.max_bytes + buffer._slack  # never more than the limit and the eviction slack
+    # Whatever eviction's slack lets the buffer hold for a while, a reader never sees more than the limits.
+    assert held_bytes <= buffer.max_bytes
     assert held_finished <= buffer.max_lines
     # Not over-evicted: a byte eviction keeps max_bytes but for the rest of a line (at most SEARCH bytes);
     # a line eviction keeps exactly max_lines finished lines.
     assert held_bytes >= min(model.end, buffer.max_bytes - SEARCH) or held_finished == buffer.max_lines
-    if model.end <= buffer.max_bytes + buffer._slack:
+    if model.end <= buffer.max_bytes:
         # Only the line limit ever applied: the oldest byte starts the oldest of the newest max_lines lines.
         finished_total = model.data.count(b"\n")
         keep_from = max(0, finished_total - buffer.max_lines)
         expected = sum(len(line) + 1 for line in model.data.split(b"\n")[:keep_from])
         assert oldest == expected
-    if appended_now and oldest != previous_oldest and model.head_cut(oldest):
-        # A cut inside a line happens only when no line starts near the cut: then it keeps exactly max_bytes.
+    if oldest != previous_oldest and model.head_cut(oldest):
+        # A cut inside a line keeps exactly the newest max_bytes.
         assert oldest == model.end - buffer.max_bytes
-        assert b"\n" not in model.data[oldest - 1 : oldest + SEARCH]
     assert stats.total_bytes == model.end == buffer.end
     assert stats.buffer_bytes == held_bytes
     _, _, total = model.lines(oldest)
@@ -266,7 +267,7 @@ def test_buffer_matches_the_model_for_any_output_chunking_and_reads(data, max_li
         model.mark_time(float(step))
         buffer.append(chunk)
         model.append(chunk)
-        oldest = check_eviction_point(buffer, model, oldest, appended_now=True)
+        oldest = check_eviction_point(buffer, model, oldest)
         for _ in range(data.draw(st.integers(0, 2), label="reads")):
             total = buffer.total_lines
             params = data.draw(reads, label="read")
@@ -279,9 +280,41 @@ def test_buffer_matches_the_model_for_any_output_chunking_and_reads(data, max_li
             from_byte = data.draw(st.integers(0, model.end + 2) | near, label="from_byte")
             limit = data.draw(st.integers(1, 12) | st.just(1 << 20), label="max_bytes")
             check_read_bytes(buffer, model, oldest, from_byte, limit, data.draw(st.booleans(), label="complete"))
-            oldest = check_eviction_point(buffer, model, oldest, appended_now=False)
+            oldest = check_eviction_point(buffer, model, oldest)
     everything = {"since": 0, "mode": "full", "head_lines": 0, "tail_lines": 0, "max_lines": 10**6}
     assert buffer.read_lines(**everything) == model.read_lines(oldest, **everything)
+
+
+@PROFILE
+@given(payload=long_payloads, data=st.data(), max_bytes=st.sampled_from([1, 7, 101, 300, 3000, 5000]),
+       read=reads, strip=st.booleans())
+def test_no_read_returns_more_than_the_byte_limit_and_each_says_what_was_dropped(payload, data, max_bytes, read,
+                                                                                  strip):
+    """Appending evicts with slack, yet every read sees exactly the newest max_bytes bytes (less a character cut
+    in two at their start) and says truncated when older output was dropped: lines in every mode, lines since a
+    time, bytes from an offset (the output endpoint's too), a command's output, the newest text."""
+    model, buffer = Model(), OutputBuffer(max_lines=BIG, max_bytes=max_bytes)
+    for when, chunk in enumerate(chunked(data.draw, payload)):
+        buffer.mark_time(float(when))
+        buffer.append(chunk)
+    model.append(payload)
+    oldest = buffer.oldest_byte
+    # The newest max_bytes, or fewer when appending evicted up to a line start a little further on.
+    assert oldest == max(0, len(payload) - max_bytes) or len(payload) - max_bytes < oldest and payload[oldest - 1] == NL
+    dropped = oldest > 0
+    held = payload[oldest:]
+    readable = without_cut_start(held) if model.head_cut(oldest) else held
+    after_drop = without_cut_start(held) if dropped else held  # a byte read from an evicted offset starts there
+    assert buffer.stats().buffer_bytes == len(held) <= max_bytes
+    assert buffer.read_lines(since=None, **read) == model.read_lines(oldest, since=None, **read)
+    everything = buffer.read_lines(since=None, mode="full", max_lines=BIG)
+    assert everything.truncated == (dropped or everything.lines_omitted > 0)
+    assert buffer.read_lines(since=buffer.line_since_time(-1.0), **read).lines == buffer.read_lines(**read).lines
+
+    assert buffer.read_bytes(0, BIG, complete=True) == (after_drop, len(payload) - len(after_drop), dropped)
+    finished = SimpleNamespace(is_alive=False, finished=True, exit_status=None)
+    assert bytes_data(finished, buffer, 0, BIG, strip)["truncated"] == dropped
+    assert buffer.text_between(0, len(payload)) == (after_drop.decode("utf-8", "replace"), dropped)
 
 
 @PROFILE
@@ -467,11 +500,11 @@ def test_a_read_smaller_than_a_character_waits_for_the_whole_character():
 
 def test_a_read_after_eviction_skips_a_cut_character_only_at_the_cut():
     """Once eviction cut a line, a read from a later position still starts exactly there, invalid bytes and all."""
-    buffer = OutputBuffer(max_lines=10, max_bytes=1)
-    buffer.append(b"x" * 5000 + "é".encode())  # cut inside the é: no line start near the cut
-    assert buffer.read_bytes(0, 10)[1] == buffer.end  # the cut half of the é is skipped
-    buffer.append(b"\x80\x80z")
-    assert buffer.read_bytes(buffer.end - 3, 10) == (b"\x80\x80z", buffer.end - 3, False)
+    buffer = OutputBuffer(max_lines=10, max_bytes=3)
+    buffer.append(b"x" * 5000 + "😀".encode())  # the newest 3 bytes are the end of the 😀: cut inside it
+    assert buffer.read_bytes(0, 10)[1] == buffer.end  # the cut part of the 😀 is skipped
+    buffer.append(b"\x80z")
+    assert buffer.read_bytes(buffer.end - 2, 10) == (b"\x80z", buffer.end - 2, False)
 
 
 def test_a_second_time_mark_before_any_output_is_when_the_output_arrived():

@@ -161,7 +161,7 @@ class OutputBuffer:
 
     def line_since_time(self, when: float) -> int:
         """The number of the first held line with output that arrived at or after when."""
-        self._apply_line_limit()
+        self._apply_limits()
         position = bisect_left(self._times, when, key=lambda mark: mark[0])
         offset = self._times[position][1] if position < len(self._times) else self.end
         offset = max(offset, self._start)
@@ -198,7 +198,7 @@ class OutputBuffer:
 
     @property
     def oldest_byte(self) -> int:
-        self._apply_line_limit()
+        self._apply_limits()
         return self._start
 
     @property
@@ -211,7 +211,7 @@ class OutputBuffer:
         return self._newlines + (1 if self._has_partial_line() else 0)
 
     def stats(self) -> BufferStats:
-        self._apply_line_limit()
+        self._apply_limits()
         total = self.total_lines
         return BufferStats(
             total_lines=total,
@@ -242,7 +242,7 @@ class OutputBuffer:
         """
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}")
-        self._apply_line_limit()
+        self._apply_limits()
         self._index_new_lines()
         oldest, finished_end, total = self._first_line, self._newlines, self.total_lines
         requested = oldest if since is None else since
@@ -259,13 +259,15 @@ class OutputBuffer:
             next_read_from = min(start + len(shown), finished_end)
         omitted = count - len(shown)
         cut_first = self._head_cut and start == oldest and bool(shown) and shown[0] == 0
+        # A read without since asks for all the output: it is incomplete once any was dropped.
+        dropped = since is None and self._start > 0
         return LineRead(
             lines=lines,
             lines_shown=len(shown),
             total_lines=total,
             next_read_from=next_read_from,
             has_more=next_read_from < finished_end,
-            truncated=evicted > 0 or omitted > 0 or cut_first,
+            truncated=evicted > 0 or omitted > 0 or cut_first or dropped,
             lines_omitted=omitted,
             lines_evicted=evicted,
             oldest_line=oldest,
@@ -301,7 +303,7 @@ class OutputBuffer:
         arrive), a character whose last bytes have not arrived yet is held
         back for the next read.
         """
-        self._apply_line_limit()
+        self._apply_limits()
         truncated = from_byte < self._start
         start = min(max(from_byte, self._start), self.end)
         local_start = start - self._start
@@ -326,7 +328,7 @@ class OutputBuffer:
 
     def text_between(self, start: int, end: int | None) -> tuple[str, bool]:
         """Decodes the bytes from start to end (None: to the newest); truncated when some were evicted."""
-        self._apply_line_limit()
+        self._apply_limits()
         stop = self.end if end is None else min(end, self.end)
         truncated = start < self._start
         local_start, local_stop = max(start, self._start) - self._start, max(stop - self._start, 0)
@@ -339,11 +341,21 @@ class OutputBuffer:
     def _has_partial_line(self) -> bool:
         return bool(self._data) and self._data[-1] != NEWLINE
 
-    def _apply_line_limit(self) -> None:
+    def _apply_limits(self) -> None:
+        """Makes the oldest held byte the oldest readable one: every read calls this first, so all readers agree.
+
+        Appending evicts only once the buffer is well over its byte limit (see _slack), so it may hold more than
+        the limit; a read never sees more than the newest max_bytes bytes and max_lines finished lines.
+        """
         excess = (self._newlines - self._first_line) - self.max_lines
         if excess > 0:
             self._evict_to(self._start_of_line(self._first_line + excess), whole_lines=False)
             self._compact()
+        if len(self._data) > self.max_bytes:
+            # Exactly the newest max_bytes: readers skip what is left of a character cut in two (_head_cut). No
+            # _compact: this drops at most the slack, which the memory bound already counts, and copying here
+            # would copy the whole buffer every few reads of a flood.
+            self._evict_to(self.end - self.max_bytes, whole_lines=False)
 
     def _compact(self) -> None:
         # Dropping bytes from the front frees no memory: CPython only moves the bytearray's start. A terminal
@@ -384,10 +396,8 @@ class OutputBuffer:
             return
         if whole_lines:
             newline = self._data.find(b"\n", local - 1, local + 4096)
-            self._head_cut = newline < 0
             local = local if newline < 0 else newline + 1
-        else:
-            self._head_cut = False
+        self._head_cut = self._data[local - 1] != NEWLINE
         self._first_line += self._data.count(b"\n", 0, local)
         del self._data[:local]
         self._front_dropped += local

@@ -1,6 +1,13 @@
-"""Attaches this terminal to a remote one, like `tmux attach`: raw keys in, live output out, detach key to leave."""
+"""Attaches this terminal to a remote one, like `tmux attach`: raw keys in, live output out, detach key to leave.
+
+Standard input may also be a pipe or a file: what it holds is typed into the remote terminal, and the command
+ends when the remote process does. Like `ssh`, it exits with the remote exit code (128 + N for a process killed
+by signal N), 0 after a detach, and 255 when it could not attach or lost the connection.
+"""
 
 import asyncio
+import codecs
+import contextlib
 import json
 import os
 import shutil
@@ -13,6 +20,19 @@ from urllib.parse import urlencode, urlparse
 from django.core.management.base import BaseCommand, CommandError
 
 ACK_EVERY = 256 * 1024  # bytes of output between two acknowledgements
+OWN_FAILURE = 255  # as ssh: attach itself failed (a remote exit code of 255 reads the same)
+
+# Why the server refused to attach, by close code (consumers.py), and what to do next.
+REFUSALS = {
+    4400: "the server refused the request as malformed; check the terminal id and --from-byte",
+    4401: "the server did not accept the API key (missing, unknown, revoked, or its user disabled); "
+          "check --key or TERMINALS_API_KEY",
+    4403: "the server refused this connection's Origin; connect with an API key instead",
+    4404: "no terminal {terminal} is visible to this key (unknown, or another user's); "
+          "list yours with GET /api/terminals",
+    4409: "terminal {terminal} has ended and its output is no longer held; create a new terminal",
+    4503: "no worker answered for terminal {terminal}; the service may be restarting: try again shortly",
+}
 
 
 def detach_byte(name: str) -> int:
@@ -44,21 +64,39 @@ class Command(BaseCommand):
     def handle(self, *args, terminal_id, url, key, detach_key, view, from_byte, **options):
         if not key:
             raise CommandError("an API key is needed: --key or TERMINALS_API_KEY")
-        if not view and not sys.stdin.isatty():
-            raise CommandError("attach types from a terminal: run it in one, or watch with --view")
         query = {k: v for k, v in (("mode", "view" if view else ""), ("fromByte", from_byte)) if v not in ("", None)}
-        session = AttachSession(websocket_url(url, terminal_id, query), key, detach_byte(detach_key), view)
-        code = asyncio.run(session.run())
-        if code:
-            raise CommandError(code)
+        session = AttachSession(websocket_url(url, terminal_id, query), key, detach_byte(detach_key), view,
+                                terminal_id)
+        try:
+            status = asyncio.run(session.run())
+        except KeyboardInterrupt:
+            raise CommandError(f"interrupted; terminal {terminal_id} keeps running", returncode=130) from None
+        if isinstance(status, str):
+            raise CommandError(status, returncode=OWN_FAILURE)
+        if status:
+            sys.exit(status)
+
+
+def exit_status_code(frame: dict) -> int:
+    """The remote end as a shell reports it: the exit code, or 128 + N for a process killed by signal N."""
+    if frame.get("exitCode") is not None:
+        return int(frame["exitCode"])
+    try:
+        return 128 + signal.Signals[frame.get("signal")].value
+    except KeyError:
+        return OWN_FAILURE
 
 
 class AttachSession:
-    def __init__(self, url: str, key: str, detach: int, view: bool) -> None:
-        self.url, self.key, self.detach, self.view = url, key, detach, view
-        self.received_since_ack = 0
+    """One attachment. run() answers the status to exit with (0 after a detach), or a sentence on failure."""
 
-    async def run(self) -> str | None:
+    def __init__(self, url: str, key: str, detach: int, view: bool, terminal_id: str = "?") -> None:
+        self.url, self.key, self.detach, self.view, self.terminal_id = url, key, detach, view, terminal_id
+        self.received_since_ack = 0
+        self.next_byte: int | None = None  # where attaching again would resume
+        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")  # a character may come in two reads
+
+    async def run(self) -> int | str:
         import websockets
 
         interactive = sys.stdin.isatty()
@@ -67,57 +105,118 @@ class AttachSession:
             async with websockets.connect(self.url, additional_headers={"X-API-Key": self.key}, max_size=None) as ws:
                 if interactive:
                     tty.setraw(sys.stdin.fileno())
-                return await self._pump(ws)
+                return await self._pump(ws, interactive)
         except websockets.ConnectionClosed as closed:
-            return None if closed.rcvd is None or closed.rcvd.code in (1000, 1001) else f"closed: {closed.rcvd.code}"
-        except OSError as error:
-            return f"cannot connect to {self.url}: {error}"
+            return self.closed_reason(closed.rcvd.code if closed.rcvd else None)
+        except websockets.InvalidStatus as refused:
+            return (f"{self.url} answered HTTP {refused.response.status_code} instead of a WebSocket; "
+                    "check that --url is the service")
+        except (OSError, websockets.InvalidURI, websockets.InvalidHandshake) as error:
+            return f"cannot connect to {self.url} ({error}); check --url and that the service is running"
         finally:
             if saved is not None:
                 termios.tcsetattr(sys.stdin.fileno(), termios.TCSADRAIN, saved)
                 sys.stdout.write("\r\n")
 
-    async def _pump(self, ws) -> str | None:
+    def closed_reason(self, code: int | None) -> str:
+        """Says why the connection closed before the remote process ended, and what to do."""
+        if code in REFUSALS:
+            return REFUSALS[code].format(terminal=self.terminal_id)
+        resume = f" with --from-byte {self.next_byte}" if self.next_byte is not None else ""
+        if code is None:
+            what = f"the connection to {self.url} was lost"
+        elif code == 1001:
+            what = "the server is going away (shutting down or restarting)"
+        else:
+            what = f"the server closed the connection (code {code})"
+        return f"{what}; terminal {self.terminal_id} may still be running: attach again{resume}"
+
+    async def _pump(self, ws, interactive: bool) -> int | str:
         loop = asyncio.get_running_loop()
         detached = asyncio.Event()
+        stop_reading = None
         if not self.view:
-            loop.add_reader(sys.stdin.fileno(), self._on_keys, ws, detached)
-            loop.add_signal_handler(signal.SIGWINCH, lambda: asyncio.ensure_future(self._send_size(ws)))
-            await self._send_size(ws)
+            stop_reading = self._read_input(ws, detached, interactive)
+            if interactive:
+                loop.add_signal_handler(signal.SIGWINCH, lambda: asyncio.ensure_future(self._send_size(ws)))
+                await self._send_size(ws)
         receiving = asyncio.ensure_future(self._receive(ws))
         waiting = asyncio.ensure_future(detached.wait())
         done, pending = await asyncio.wait({receiving, waiting}, return_when=asyncio.FIRST_COMPLETED)
         for task in pending:
             task.cancel()
-        if not self.view:
-            loop.remove_reader(sys.stdin.fileno())
-        return receiving.result() if receiving in done else None
+        if stop_reading is not None:
+            stop_reading()
+        return receiving.result() if receiving in done else 0
 
-    def _on_keys(self, ws, detached: asyncio.Event) -> None:
-        keys = os.read(sys.stdin.fileno(), 4096)
-        if not keys or self.detach in keys:
-            keys = keys.split(bytes([self.detach]), 1)[0]
+    def _read_input(self, ws, detached: asyncio.Event, interactive: bool):
+        """Starts typing standard input into the terminal; returns how to stop.
+
+        At the end of a pipe or file nothing more is typed, and the output goes on until the remote process
+        ends, as with `ssh`.
+        """
+        loop = asyncio.get_running_loop()
+        fd = sys.stdin.fileno()
+
+        def on_input() -> None:
+            data = os.read(fd, 4096)
+            if data:
+                self._type(ws, data, detached)
+                return
+            loop.remove_reader(fd)
+            if interactive:
+                detached.set()  # the local terminal hung up
+
+        try:
+            loop.add_reader(fd, on_input)
+        except PermissionError:
+            # A regular file or /dev/null cannot be watched, but reading one never blocks.
+            reading = asyncio.ensure_future(self._read_file(fd, ws, detached))
+            return reading.cancel
+        return lambda: loop.remove_reader(fd)
+
+    async def _read_file(self, fd: int, ws, detached: asyncio.Event) -> None:
+        while not detached.is_set() and (data := os.read(fd, 4096)):
+            self._type(ws, data, detached)
+            await asyncio.sleep(0)
+
+    def _type(self, ws, data: bytes, detached: asyncio.Event) -> None:
+        if self.detach in data:
+            data = data.split(bytes([self.detach]), 1)[0]
             detached.set()
-        if keys:
-            asyncio.ensure_future(ws.send(json.dumps({"type": "input", "data": keys.decode("utf-8", "replace")})))
+        text = self.decoder.decode(data)
+        if text:
+            asyncio.ensure_future(ws.send(json.dumps({"type": "input", "data": text})))
 
     async def _send_size(self, ws) -> None:
         size = shutil.get_terminal_size()
         await ws.send(json.dumps({"type": "resize", "cols": size.columns, "rows": size.lines}))
 
-    async def _receive(self, ws) -> str | None:
+    async def _receive(self, ws) -> int | str:
+        import websockets
+
         async for raw in ws:
             frame = json.loads(raw)
             kind = frame.get("type")
-            if kind == "output":
+            if kind == "attached":
+                self.next_byte = frame.get("fromByte")
+            elif kind == "output":
                 sys.stdout.write(frame["data"])
                 sys.stdout.flush()
+                self.next_byte = frame["next"]
                 self.received_since_ack += len(frame["data"].encode())
                 if self.received_since_ack >= ACK_EVERY:
                     self.received_since_ack = 0
                     await ws.send(json.dumps({"type": "ack", "offset": frame["next"]}))
+            elif kind == "gap":
+                self.next_byte = frame["to"]
             elif kind == "paused":
                 await ws.send(json.dumps({"type": "ack", "offset": frame["offset"]}))
+            elif kind == "error":
+                sys.stderr.write(f"attach: {frame.get('code')}: {frame.get('message')}\r\n")
             elif kind == "exit":
-                return None
-        return None
+                with contextlib.suppress(websockets.ConnectionClosed):  # all taken: the server may close now
+                    await ws.send(json.dumps({"type": "ack", "offset": frame["offset"]}))
+                return exit_status_code(frame)
+        return self.closed_reason(ws.close_code)
+
