@@ -21,7 +21,8 @@ from . import protocol, records
 from .runtime import confinement as confine
 from .runtime.errors import TerminalError
 from .runtime.manager import Limits, SessionManager
-from .runtime.processes import kill_marked, marked_processes, signal_number
+from .runtime.processes import marked_processes, signal_number
+from .runtime.signals import kill_marked
 from .runtime.pty import ExitStatus, SpawnSpec
 from .runtime.buffer import OutputBuffer
 from .runtime.commands import Command
