@@ -186,3 +186,26 @@ def test_signal_after_the_session_exists_goes_to_its_foreground_group(strays):
 
     run(scenario)
     assert strays == []
+
+
+def test_ending_a_terminal_spares_a_process_beside_the_service_that_carries_its_marker():
+    """The marker finds what a terminal started, wherever it went; a process in the service's own session that
+    carries it (as one started together with the service would) is not the terminal's, and its end waits for it
+    neither."""
+
+    async def scenario():
+        spec = SpawnSpec(argv=["sleep", "100"], cwd="/tmp", env={**ENV, signals.MARKER_VARIABLE: "terminal-1"})
+        session = PtySession(spec, buffer=OutputBuffer(max_lines=1000, max_bytes=1 << 20))
+        session.start()
+        beside = subprocess.Popen(["sleep", "60"], env={**ENV, signals.MARKER_VARIABLE: "terminal-1"})
+        try:
+            await wait_until(lambda: session.has_session, what="the session to start")
+            assert beside.pid not in session.members()
+            status = await session.terminate(signal.SIGTERM, grace=30.0)
+            assert status is not None and status.signal == "SIGTERM"
+            assert beside.poll() is None
+        finally:
+            stop(beside)
+            await cleanup(session)
+
+    run(scenario, timeout=20)

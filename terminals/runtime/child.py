@@ -280,9 +280,15 @@ class ChildProcess:
     # Stopping
 
     def members(self) -> list[int]:
-        """The live processes this terminal started, wherever they went (its session, and its marker)."""
-        found = processes.terminal_members(self.pid, self._marker)
-        return sorted(set(found).union(self.confined_members()))
+        """The live processes this terminal started, wherever they went (its session, and its marker).
+
+        Never a process of the service: one started together with the service inside a terminal carries that
+        terminal's marker too. The first process is left out while it is still in the service's session (before
+        setsid), as is_alive stands for it.
+        """
+        found = set(processes.terminal_members(self.pid, self._marker)).union(self.confined_members())
+        service = signals.Service.now()
+        return sorted(pid for pid in found if service.reason_to_spare(pid) is None)
 
     async def terminate(self, signum: int = signal.SIGTERM, grace: float = 3.0) -> ExitStatus | None:
         """Ends every process the terminal started; returns the exit status of its first process.
