@@ -411,6 +411,10 @@ class TerminalWorker:
 
     async def handle_signal(self, message: dict) -> dict:
         session = self.manager.get(message["id"])
+        if isinstance(session, ShellSession):
+            # Sent right after creation, the signal waits for the shell's first prompt and finds it there, as it
+            # would a moment later; otherwise it would go to the first process, before it became the shell.
+            await session.started(FIRST_PROMPT_WAIT_SECONDS)
         group = session.signal_foreground(signal_number(message["signal"]))
         return {"terminalId": message["id"], "signal": message["signal"], "processGroup": group}
 

@@ -92,3 +92,21 @@ def test_websocket_signals_right_after_attaching_reach_only_the_new_terminal(orm
     finally:
         alice.cleanup()
         bob.cleanup()
+
+
+def test_a_signal_right_after_creating_a_shell_finds_it_at_its_prompt(server, keys):
+    """A shell signalled at once after its creation is signalled at its first prompt, where an interactive shell
+    ignores SIGTERM and SIGQUIT: it lives on and runs the next command. (SIGINT would not end it either, but makes
+    its line editor drop, when it gets to it, what was typed so far, so the command typed next could lose its start.)"""
+    alice = Api(server.url, keys["alice"])
+    try:
+        for number in range(10):
+            created = alice.create(**SHELL)
+            for name in ("SIGTERM", "SIGQUIT"):
+                response = alice.post(f"/api/terminals/{created['terminalId']}/signal", json={"signal": name})
+                assert response.status_code == 200, response.text
+                assert response.json()["data"]["processGroup"] == created["pid"]
+            assert alice.run(created["terminalId"], f"echo round-{number}-$((2*21))") == f"round-{number}-42"
+            end(alice, created["terminalId"])
+    finally:
+        alice.cleanup()
