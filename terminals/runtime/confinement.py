@@ -243,7 +243,7 @@ def reap_departed(prefix: str, root: Path = CGROUP_ROOT, own: str = "") -> int:
             continue
     for parent in parents:
         suffix = parent.name[len(prefix):]
-        if parent.name == own or not suffix.isdigit() or _pid_alive(int(suffix)):
+        if parent.name == own or not suffix.isdigit() or signals.process_exists(int(suffix)):
             continue
         departed = Cgroups(controllers={"any": parent})
         for terminal in departed.terminals():
@@ -345,16 +345,6 @@ def _read_int(path: Path) -> int | None:
 
 def _read_pids(path: Path) -> list[int]:
     return [int(line) for line in _read_text(path).split() if line.isdigit()]
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 PR_SET_DUMPABLE = 4

@@ -74,6 +74,19 @@ def _ancestors() -> list[int]:
     return found
 
 
+def process_exists(pid: int) -> bool:
+    """Whether a process pid exists (signal 0 delivers nothing; it only asks)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def signal_first_process(pidfd: int, signum: int) -> None:
     """Signals a terminal's first process through its pidfd (-1: it has ended and been reaped)."""
     if pidfd < 0:
