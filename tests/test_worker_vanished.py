@@ -3,7 +3,9 @@ it, and its other terminals and its clean stop go on as before. Run in this proc
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 import uuid
 
 from terminals.models import AuditEvent, TerminalSession, Worker
@@ -21,9 +23,6 @@ def delete_record(terminal_id: str) -> None:
 
 
 async def until(predicate, what: str, timeout: float = 10.0) -> None:
-    import asyncio
-    import time
-
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
