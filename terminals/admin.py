@@ -24,6 +24,9 @@ class TerminalSessionAdmin(admin.ModelAdmin):
     def has_add_permission(self, request):
         return False
 
+    def has_change_permission(self, request, obj=None):
+        return False  # the worker writes the record; a save from a stale form would undo what it wrote
+
     def has_delete_permission(self, request, obj=None):
         return False  # the row is the terminal's record; "End selected terminals" ends the terminal itself
 
@@ -85,6 +88,9 @@ class WorkerAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request):
         return False  # a worker registers itself when it starts
+
+    def has_change_permission(self, request, obj=None):
+        return False  # the worker keeps its own record
 
     def has_delete_permission(self, request, obj=None):
         return False  # its terminals' records point at it; it closes its own record when it stops

@@ -45,8 +45,8 @@ def post(http, path: str, data: dict) -> requests.Response:
 
 
 def test_admin_cannot_add_or_delete_terminal_or_worker_rows(browser, alice):
-    """The add and delete pages of terminals and workers answer 403, a delete posted anyway removes nothing and
-    leaves the process running, and the changelist offers "End selected terminals" instead of deleting."""
+    """The add and delete pages of terminals and workers answer 403, a delete or a change posted anyway alters
+    nothing and leaves the process running, and the changelist offers "End selected terminals" instead of deleting."""
     http, _ = browser
     created = alice.create(command="sleep", args=["100"])
     terminal = created["terminalId"]
@@ -55,6 +55,10 @@ def test_admin_cannot_add_or_delete_terminal_or_worker_rows(browser, alice):
         assert get(http, path).status_code == 403, path
     assert post(http, f"{SESSIONS}{terminal}/delete/", {"post": "yes"}).status_code == 403
     assert post(http, f"{WORKERS}{worker}/delete/", {"post": "yes"}).status_code == 403
+    # The detail pages show the records read-only: a save cannot write a stale form over the worker's updates.
+    assert post(http, f"{SESSIONS}{terminal}/change/", {"status": "exited"}).status_code == 403
+    assert post(http, f"{WORKERS}{worker}/change/", {"pid": "1"}).status_code == 403
+    assert get(http, f"{SESSIONS}{terminal}/change/").status_code == 200
     refused_bulk = post(http, SESSIONS, {"action": "delete_selected", "_selected_action": terminal})
     assert refused_bulk.status_code in (200, 302)  # the admin answers an unknown action with a message
     assert TerminalSession.objects.filter(pk=terminal).exists()
