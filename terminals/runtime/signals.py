@@ -52,7 +52,7 @@ class Service:
     def reason_to_spare(self, pid: int) -> str | None:
         """Why pid must not be signalled, or None when nothing speaks against it."""
         if pid <= 1:
-            return f"pid {pid} stands for more than one process"
+            return f"pid {pid} is init, or stands for a whole group of processes"
         if pid == self.pid or pid in self.ancestors:
             return "it is the service or one of its ancestors"
         fields = processes.stat_fields(pid)
@@ -158,7 +158,7 @@ def signal_owned(pids: Iterable[int], signum: int, owned: Callable[[int], bool])
         except OSError:
             continue  # it ended
         if pidfd < 0:
-            sent.spared[pid] = f"pid {pid} stands for more than one process"
+            sent.spared[pid] = f"pid {pid} is init, or stands for a whole group of processes"
             continue
         try:
             reason = service.reason_to_spare(pid) or (None if owned(pid) else "it is not the terminal's")
