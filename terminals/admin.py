@@ -1,7 +1,15 @@
-"""The admin: sessions, keys and workers to look at, the audit trail read-only."""
+"""The admin: sessions, keys and workers to look at, the audit trail read-only.
 
-from django.contrib import admin
+Terminal and worker rows stand for live processes, so the admin neither adds nor deletes them: a row deleted
+under a running terminal would leave its process running off the record. A terminal is ended with the action
+"End selected terminals", the same use case as `DELETE /api/terminals/{id}`, audited under the admin user.
+"""
 
+from django.contrib import admin, messages
+
+from . import sessions
+from .audit import Actor, audit
+from .exceptions import AuditUnavailable, ServiceError
 from .models import ApiKey, AuditEvent, TerminalSession, Worker
 
 
@@ -11,9 +19,32 @@ class TerminalSessionAdmin(admin.ModelAdmin):
     list_filter = ("status",)
     search_fields = ("id", "name", "owner__username")
     readonly_fields = [field.name for field in TerminalSession._meta.fields]
+    actions = ["end_terminals"]
 
     def has_add_permission(self, request):
         return False
+
+    def has_change_permission(self, request, obj=None):
+        return False  # the worker writes the record; a save from a stale form would undo what it wrote
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # the row is the terminal's record; "End selected terminals" ends the terminal itself
+
+    @admin.action(description="End selected terminals")
+    def end_terminals(self, request, queryset):
+        actor = Actor.from_request(request)
+        ended, failed = 0, []
+        for record in queryset:
+            try:
+                sessions.session_terminate(actor=actor, terminal_id=record.pk)
+                ended += 1
+            except ServiceError as error:
+                failed.append(f"{record.pk}: {error.message}")
+                _audit_refusal(actor, record.pk, error)
+        if ended:
+            self.message_user(request, f"Ended {ended} terminal(s).", messages.SUCCESS)
+        if failed:
+            self.message_user(request, "Not ended: " + "; ".join(failed), messages.WARNING)
 
 
 @admin.register(AuditEvent)
@@ -54,3 +85,21 @@ class ApiKeyAdmin(admin.ModelAdmin):
 class WorkerAdmin(admin.ModelAdmin):
     list_display = ("id", "hostname", "pid", "started", "last_seen", "stopped")
     readonly_fields = [field.name for field in Worker._meta.fields]
+
+    def has_add_permission(self, request):
+        return False  # a worker registers itself when it starts
+
+    def has_change_permission(self, request, obj=None):
+        return False  # the worker keeps its own record
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # its terminals' records point at it; it closes its own record when it stops
+
+
+def _audit_refusal(actor: Actor, terminal_id, error: ServiceError) -> None:
+    """Records an end the admin asked for and did not get, under the same action as the API's."""
+    try:
+        audit(actor, "delete", outcome=error.default_code, terminal_id=terminal_id, message=error.message,
+              via="admin")
+    except AuditUnavailable:
+        pass  # the refusal itself was shown to the admin; the trail cannot take it now

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from datetime import datetime, timezone as dt_timezone
@@ -15,6 +16,7 @@ from .models import AuditEvent, TerminalSession, Worker
 from .runtime.errors import SessionLimitReached
 from .runtime.pty import ExitStatus
 
+logger = logging.getLogger(__name__)
 Status = TerminalSession.Status
 EXITED, KILLED, TIMED_OUT, LOST = Status.EXITED, Status.KILLED, Status.TIMED_OUT, Status.LOST
 
@@ -32,23 +34,37 @@ def worker_alive(worker_id: str) -> None:
         connection.close()
 
 
-def worker_beat(worker_id: str, activity: dict[str, float]) -> None:
-    """Refreshes the worker's heartbeat and the last activity of its terminals."""
+def worker_beat(worker_id: str, activity: dict[str, float]) -> list[str]:
+    """Refreshes the worker's heartbeat and the last activity of its terminals.
+
+    Returns the ids among activity's that have no record any more (deleted under the running terminal).
+    """
     Worker.objects.filter(pk=worker_id).update(last_seen=timezone.now())
     if not activity:
-        return
-    rows = TerminalSession.objects.filter(pk__in=list(activity), worker_id=worker_id).only("id", "last_activity")
+        return []
+    rows = list(TerminalSession.objects.filter(pk__in=list(activity)).only("id", "last_activity", "worker_id"))
+    recorded = {str(row.id) for row in rows}
     changed = []
     for row in rows:
+        if row.worker_id != worker_id:
+            continue  # its worker was taken away from the record; the record is still there
         seen = datetime.fromtimestamp(activity[str(row.id)], tz=dt_timezone.utc)
         if seen > row.last_activity:
             row.last_activity = seen
             changed.append(row)
     TerminalSession.objects.bulk_update(changed, ["last_activity"])
+    return [terminal_id for terminal_id in activity if terminal_id not in recorded]
+
+
+def vanished_end(terminal_id: str, status: ExitStatus | None) -> None:
+    """Audits the end of a terminal whose record was deleted while it ran (the worker ended its processes)."""
+    status = status or ExitStatus(None, "SIGKILL")
+    audit(SYSTEM, "vanished", terminal_id=terminal_id, reason="its record was deleted while it ran; its processes "
+          "were ended", exitCode=status.exit_code, signal=status.signal)
 
 
 def worker_stop(worker_id: str, statuses: dict[str, ExitStatus | None]) -> None:
-    """Closes the records of every terminal the worker ended on its way out."""
+    """Closes the records of every terminal the worker ended on its way out (those that still have one)."""
     for session_id, status in statuses.items():
         session_end(session_id, status or ExitStatus(None, "SIGKILL"), KILLED, release=True, audit_action="shutdown")
     Worker.objects.filter(pk=worker_id).update(stopped=timezone.now())
@@ -133,13 +149,17 @@ def session_insert(message: dict, *, pid: int, worker_id: str) -> TerminalSessio
 
 def session_end(
     session_id: str, status: ExitStatus, ended_as: str | None, *, release: bool, audit_action: str | None = None
-) -> TerminalSession:
+) -> TerminalSession | None:
     """Records how a terminal ended (when ended_as is given and it was still active) and whether it was released.
 
     audit_action names the system's audit event for an end nobody requested (exit, timeout, shutdown).
+    Returns None, recording nothing, when the terminal has no record any more.
     """
     with transaction.atomic():
-        record = TerminalSession.objects.select_related("owner").get(pk=session_id)
+        record = TerminalSession.objects.select_related("owner").filter(pk=session_id).first()
+        if record is None:
+            logger.warning("terminal %s ended but has no record any more; nothing to update", session_id)
+            return None
         recorded = ended_as is not None and record.mark_ended(
             ended_as, exit_code=status.exit_code, signal=status.signal, release=release
         )

@@ -20,9 +20,10 @@ from django.db import close_old_connections
 from . import protocol, records
 from .runtime import confinement as confine
 from .runtime.ansi import newest_plain_text
-from .runtime.errors import TerminalError
+from .runtime.errors import SessionNotFound, TerminalError
 from .runtime.manager import Limits, SessionManager
-from .runtime.processes import kill_marked, marked_processes, signal_number
+from .runtime.processes import marked_processes, signal_number
+from .runtime.signals import kill_marked
 from .runtime.pty import ExitStatus, SpawnSpec
 from .runtime.buffer import OutputBuffer
 from .runtime.commands import Command
@@ -82,6 +83,12 @@ def _buffer(session, stream: str | None) -> OutputBuffer:
     if not hasattr(session, "buffer_for"):
         raise InvalidRequest("stream: only a terminal without a PTY keeps stdout and stderr apart")
     return session.buffer_for(stream)
+
+
+def _record_data(session_id: str, record) -> dict:
+    if record is None:
+        raise SessionNotFound(f"terminal {session_id} has no record any more", terminal_id=session_id)
+    return records.session_data(record)
 
 
 class AccountUnavailable(TerminalError):
@@ -213,6 +220,7 @@ class TerminalWorker:
         self.stopped = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
         self._shutting_down = False
+        self._ending_vanished: set[str] = set()  # terminals whose record was deleted, being ended
         self._handlers: dict[str, Callable[[dict], Awaitable[dict]]] = {
             protocol.CREATE: self.handle_create,
             protocol.INPUT: self.handle_input,
@@ -410,6 +418,10 @@ class TerminalWorker:
 
     async def handle_signal(self, message: dict) -> dict:
         session = self.manager.get(message["id"])
+        if isinstance(session, ShellSession):
+            # Sent right after creation, the signal waits for the shell's first prompt and finds it there, as it
+            # would a moment later; otherwise it would go to the first process, before it became the shell.
+            await session.started(FIRST_PROMPT_WAIT_SECONDS)
         group = session.signal_foreground(signal_number(message["signal"]))
         return {"terminalId": message["id"], "signal": message["signal"], "processGroup": group}
 
@@ -433,7 +445,7 @@ class TerminalWorker:
         self.fanout.notify(session_id)
         ended_as = records.KILLED if was_alive else None
         return await self.database.run(
-            lambda: records.session_data(records.session_end(session_id, status, ended_as, release=False))
+            lambda: _record_data(session_id, records.session_end(session_id, status, ended_as, release=False))
         )
 
     # Live clients
@@ -522,7 +534,7 @@ class TerminalWorker:
         self.fanout.notify(session_id)
         ended_as = records.KILLED if was_alive else None
         return await self.database.run(
-            lambda: records.session_data(records.session_end(session_id, status, ended_as, release=True))
+            lambda: _record_data(session_id, records.session_end(session_id, status, ended_as, release=True))
         )
 
     async def handle_ping(self, message: dict) -> dict:
@@ -543,8 +555,25 @@ class TerminalWorker:
         # seconds, and a late heartbeat makes the web processes give up on this worker.
         await asyncio.to_thread(records.worker_alive, self.id)
         activity = {session_id: session.last_activity for session_id, session in self.manager.items()}
-        await self.database.run(lambda: records.worker_beat(self.id, activity))
+        vanished = await self.database.run(lambda: records.worker_beat(self.id, activity))
+        for session_id in vanished:
+            if session_id in self.manager and session_id not in self._ending_vanished:
+                self._ending_vanished.add(session_id)
+                self._spawn(self.end_vanished(session_id))
         await self.mark_lost()
+
+    async def end_vanished(self, session_id: str) -> None:
+        """Ends a terminal whose record was deleted while it ran: no request can reach it any more, so its
+        processes would run on unseen. The end is audited under the system."""
+        try:
+            status = await self.manager.terminate(session_id)
+            self.fanout.notify(session_id)
+            await self.database.run(lambda: records.vanished_end(session_id, status))
+            logger.warning("ended terminal %s: its record was deleted while it ran", session_id)
+        except Exception:  # noqa: BLE001 - the next heartbeat tries again
+            logger.exception("ending terminal %s, whose record was deleted, failed", session_id)
+        finally:
+            self._ending_vanished.discard(session_id)
 
     async def mark_lost(self) -> None:
         """Marks lost the terminals of workers that are gone (any live worker may do it), and ends what those

@@ -14,6 +14,8 @@ from terminals.runtime.errors import SessionLimitReached, SessionNotFound
 from terminals.runtime.manager import Limits, SessionManager
 from terminals.runtime.pty import ExitStatus, SpawnSpec
 
+from .runtime_support import kill_all
+
 PROMPT = "READY$ "
 ENV = {"PATH": os.environ["PATH"], "PS1": PROMPT, "TERM": "xterm-256color", "HOME": "/tmp"}
 BASH = ["bash", "--norc", "--noprofile"]
@@ -77,7 +79,7 @@ async def cleanup(manager: SessionManager, *session_pids: int) -> None:
     """Ends every terminal still hosted and anything left in the sessions the test started."""
     await manager.shutdown(grace=1.0)
     for pid in session_pids:
-        processes.signal_processes(processes.session_members(pid), 9)
+        kill_all(processes.session_members(pid))
 
 
 # Creation and lookup

@@ -10,13 +10,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from . import processes
+from . import processes, signals
 from .buffer import OutputBuffer
 from .errors import KillFailed, SessionInactive, WriteFailed
 
 EXIT_DRAIN_SECONDS = 0.25  # how long output may trail the process's exit before exit is reported
 MEMBER_POLL_SECONDS = 0.02
-MARKER_VARIABLE = "TERMINALS_TERMINAL_ID"  # set in every terminal's environment; marks what it started
+MARKER_VARIABLE = signals.MARKER_VARIABLE  # set in every terminal's environment; marks what it started
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,7 @@ class ChildProcess:
         self.terminating = False  # ended on request, so its exit is the requester's to record
         self.on_output: Callable[[], None] | None = None  # told of new output while clients watch
         self.confined_members: Callable[[], list[int]] = list  # the processes in its control groups, if any
+        self.confines: Callable[[int], bool] = lambda pid: False  # whether a process is in its control groups now
         self.started_at = clock()
         self.last_activity = self.started_at
         marker = spec.env.get(MARKER_VARIABLE)
@@ -232,23 +233,62 @@ class ChildProcess:
     def pending_input(self) -> int:
         return len(self._input.data)
 
+    @property
+    def has_session(self) -> bool:
+        """Whether the first process leads a session of its own yet (setsid has run); until then it is the only
+        process the terminal has, and it is still in the service's session and process group."""
+        try:
+            return os.getsid(self.pid) == self.pid
+        except ProcessLookupError:
+            return False
+
     def _signal_group(self, group: int, signum: int) -> int:
+        """Sends signum to group, a process group of the terminal's session; returns the group signalled.
+
+        Before the terminal's session exists (right after the start), there is no group of its own to signal:
+        the signal goes to the first process, the terminal's only process then, and its pid is returned.
+        """
         if not self.is_alive:
             raise SessionInactive("the terminal's process has ended")
         try:
-            os.killpg(group, signum)
-        except ProcessLookupError:
-            pass  # the group ended meanwhile
+            if group <= 0 or not self.has_session:
+                signals.signal_first_process(self._pidfd, signum)
+                return self.pid
+            signals.signal_group(group, signum, session=self.pid)
         except PermissionError as error:
             raise KillFailed(f"cannot signal the foreground processes: {error}") from error
         return group
 
+    def _signal_members(self, pids: list[int], signum: int) -> None:
+        """Sends signum to the first process (while it runs) and to each of pids that is still the terminal's."""
+        if self.is_alive:
+            signals.signal_first_process(self._pidfd, signum)
+        sent = signals.signal_owned([pid for pid in pids if pid != self.pid], signum, self.owns)
+        if sent.denied:
+            raise KillFailed(f"cannot signal the terminal's processes {sent.denied}: permission denied")
+
+    def owns(self, pid: int) -> bool:
+        """Whether pid is one of the processes this terminal started: in its session, marked, or confined."""
+        fields = processes.stat_fields(pid)
+        if fields is None:
+            return False
+        # A session is named by the pid of its leader, and Linux hands out no pid a session still bears: whatever
+        # is in session self.pid is the terminal's, even after its first process has ended.
+        in_session = fields[3] == str(self.pid)
+        return in_session or (self._marker is not None and processes.carries(pid, self._marker)) or self.confines(pid)
+
     # Stopping
 
     def members(self) -> list[int]:
-        """The live processes this terminal started, wherever they went (its session, and its marker)."""
-        found = processes.terminal_members(self.pid, self._marker)
-        return sorted(set(found).union(self.confined_members()))
+        """The live processes this terminal started, wherever they went (its session, and its marker).
+
+        Never a process of the service: one started together with the service inside a terminal carries that
+        terminal's marker too. The first process is left out while it is still in the service's session (before
+        setsid), as is_alive stands for it.
+        """
+        found = set(processes.terminal_members(self.pid, self._marker)).union(self.confined_members())
+        service = signals.Service.now()
+        return sorted(pid for pid in found if service.reason_to_spare(pid) is None)
 
     async def terminate(self, signum: int = signal.SIGTERM, grace: float = 3.0) -> ExitStatus | None:
         """Ends every process the terminal started; returns the exit status of its first process.
@@ -257,7 +297,7 @@ class ChildProcess:
         """
         self.terminating = True
         try:
-            processes.signal_processes(self.members(), signum)
+            self._signal_members(self.members(), signum)
             self._after_signal(signum)
         except PermissionError as error:
             raise KillFailed(f"cannot signal the terminal's processes: {error}") from error
@@ -266,14 +306,14 @@ class ChildProcess:
             await asyncio.sleep(MEMBER_POLL_SECONDS)
         survivors = self.members()
         if survivors or self.is_alive:
-            processes.signal_processes(survivors + ([self.pid] if self.is_alive else []), signal.SIGKILL)
+            self._signal_members(survivors, signal.SIGKILL)
         return await self.wait_for_exit(timeout=5.0)
 
     def _after_signal(self, signum: int) -> None:
         """What to do right after the first signal went out."""
 
     def _reap(self) -> None:
-        self._close_pidfd()
         if self._process is not None and self._process.poll() is None:
-            self._process.kill()
+            signals.signal_first_process(self._pidfd, signal.SIGKILL)
             self._process.wait()
+        self._close_pidfd()

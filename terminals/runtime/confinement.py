@@ -22,6 +22,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import signals
+
 logger = logging.getLogger(__name__)
 
 SH = "/bin/sh"
@@ -168,13 +170,18 @@ class Cgroups:
             members = self.members(terminal)
             if not members:
                 return True
-            for pid in members:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+            signals.signal_owned(members, signal.SIGKILL, lambda pid: self.holds(terminal, pid))
             time.sleep(0.001)  # let the kernel take them out before looking again
         return not self.members(terminal)
+
+    def holds(self, terminal: str, pid: int) -> bool:
+        """Whether pid is in one of the terminal's groups now (as /proc/<pid>/cgroup tells)."""
+        suffixes = tuple(f"/{directory.name}/{terminal}" for directory in self.directories)
+        try:
+            with open(f"/proc/{pid}/cgroup") as memberships:
+                return any(line.rstrip("\n").endswith(suffixes) for line in memberships)
+        except OSError:
+            return False
 
     def remove(self, terminal: str) -> bool:
         """Removes the terminal's groups once empty; returns whether all are gone."""
@@ -236,7 +243,7 @@ def reap_departed(prefix: str, root: Path = CGROUP_ROOT, own: str = "") -> int:
             continue
     for parent in parents:
         suffix = parent.name[len(prefix):]
-        if parent.name == own or not suffix.isdigit() or _pid_alive(int(suffix)):
+        if parent.name == own or not suffix.isdigit() or signals.process_exists(int(suffix)):
             continue
         departed = Cgroups(controllers={"any": parent})
         for terminal in departed.terminals():
@@ -279,6 +286,9 @@ class Confinement:
 
     def members(self, terminal: str) -> list[int]:
         return self.cgroups.members(terminal) if self.cgroups.controllers else []
+
+    def holds(self, terminal: str, pid: int) -> bool:
+        return bool(self.cgroups.controllers) and self.cgroups.holds(terminal, pid)
 
     def release(self, terminal: str) -> bool:
         """Ends whatever is left in the terminal's groups and removes them; returns whether they are gone."""
@@ -335,16 +345,6 @@ def _read_int(path: Path) -> int | None:
 
 def _read_pids(path: Path) -> list[int]:
     return [int(line) for line in _read_text(path).split() if line.isdigit()]
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 PR_SET_DUMPABLE = 4

@@ -90,6 +90,7 @@ class SessionManager:
         if self.confinement is not None:
             confinement = self.confinement
             session.confined_members = lambda: confinement.members(session_id)
+            session.confines = lambda pid: confinement.holds(session_id, pid)
         try:
             session.start()
         except BaseException:

@@ -1,12 +1,10 @@
-"""Finding and signalling the processes of a terminal's session through /proc."""
+"""Finding the processes of a terminal's session through /proc (signals.py sends them signals)."""
 
 from __future__ import annotations
 
 import os
 import platform
 import signal
-import time
-from collections.abc import Iterable
 
 PROC = "/proc"
 
@@ -18,7 +16,7 @@ def _live_processes(*, skip_own: bool = False):
     for name in os.listdir(PROC):
         if not name.isdigit() or int(name) == own:
             continue
-        fields = _stat_fields(int(name))
+        fields = stat_fields(int(name))
         if fields and fields[0] != "Z":
             yield int(name), fields
 
@@ -36,7 +34,7 @@ def terminal_members(session_id: int, marker: bytes | None) -> list[int]:
     """
     return [
         pid for pid, fields in _live_processes(skip_own=True)
-        if fields[3] == str(session_id) or (marker is not None and _carries(pid, marker))
+        if fields[3] == str(session_id) or (marker is not None and carries(pid, marker))
     ]
 
 
@@ -63,35 +61,7 @@ def marked_processes(variable: str) -> dict[str, list[int]]:
     return found
 
 
-def kill_marked(variable: str, values: Iterable[str], *, settle: float = 2.0) -> list[int]:
-    """SIGKILLs every live process whose environment sets variable to one of values; returns their pids.
-
-    Scans again after each round, since a process may fork between a scan and its kill, until none is left or
-    settle seconds have passed. The killed are reaped by their parents, or by init once the parents are gone.
-    """
-    wanted = set(values)
-    killed: list[int] = []
-    refused: set[int] = set()
-    deadline = time.monotonic() + settle
-    while True:
-        pids = [pid for value, members in marked_processes(variable).items() if value in wanted
-                for pid in members if pid not in refused]
-        if not pids or time.monotonic() > deadline:
-            return killed
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                continue  # it ended between the scan and the signal
-            except PermissionError:
-                refused.add(pid)  # another user's: not ours to end
-                continue
-            if pid not in killed:
-                killed.append(pid)
-        time.sleep(0.01)  # the signal is delivered asynchronously; let the kernel mark them dead
-
-
-def _carries(pid: int, marker: bytes) -> bool:
+def carries(pid: int, marker: bytes) -> bool:
     try:
         with open(f"{PROC}/{pid}/environ", "rb") as environ:
             return (b"\0" + marker + b"\0") in (b"\0" + environ.read())
@@ -99,7 +69,7 @@ def _carries(pid: int, marker: bytes) -> bool:
         return False
 
 
-def _stat_fields(pid: int) -> list[str] | None:
+def stat_fields(pid: int) -> list[str] | None:
     try:
         with open(f"{PROC}/{pid}/stat", "rb") as stat:
             text = stat.read().decode("ascii", "replace")
@@ -154,14 +124,6 @@ def command_line(pid: int) -> str:
             return cmdline.read().rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
     except OSError:
         return ""
-
-
-def signal_processes(pids: list[int], signum: int) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, signum)
-        except ProcessLookupError:
-            pass  # it ended between the scan and the signal
 
 
 def ignores_signal(pid: int, signum: int) -> bool:

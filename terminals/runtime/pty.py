@@ -13,7 +13,7 @@ import struct
 import subprocess
 import termios
 
-from . import processes
+from . import processes, signals
 from .child import EXIT_DRAIN_SECONDS, MARKER_VARIABLE, MEMBER_POLL_SECONDS, ChildProcess, ExitStatus, SpawnSpec
 from .errors import LineTooLong, SessionInactive, SpawnFailed
 from .screen import ScreenMirror
@@ -212,7 +212,11 @@ class PtySession(ChildProcess):
         return any(processes.is_reading_terminal(pid) for pid in processes.group_members(group))
 
     def signal_foreground(self, signum: int) -> int:
-        """Sends signum to the foreground process group, as a key like Ctrl-C does; returns the group."""
+        """Sends signum to the foreground process group, as a key like Ctrl-C does; returns the group.
+
+        Before the terminal's session exists the PTY has no foreground group (0): the signal then goes to the
+        first process, the only one the terminal has, and its pid is returned.
+        """
         group = self.foreground_group()
         if group is None:
             raise SessionInactive("the terminal's process has ended")
@@ -233,7 +237,7 @@ class PtySession(ChildProcess):
         # Interactive shells ignore SIGTERM: waiting for it to work is pointless, so the
         # terminal is hung up instead, as closing a terminal window does.
         if self.is_alive and processes.ignores_signal(self.pid, signum):
-            processes.signal_processes([self.pid], signal.SIGHUP)
+            signals.signal_first_process(self._pidfd, signal.SIGHUP)
 
     def close(self) -> None:
         """Frees the PTY; call once the process has ended."""

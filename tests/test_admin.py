@@ -1,0 +1,93 @@
+"""The Django admin, driven like a browser against the live server: it cannot add or delete the rows that stand for
+running terminals and workers, and it ends terminals through the same use case as DELETE /api/terminals/{id}."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+import pytest
+import requests
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from terminals.models import AuditEvent, TerminalSession, Worker
+
+from .runtime_support import gone
+from .servers import wait_for
+
+SESSIONS = "/admin/terminals/terminalsession/"
+WORKERS = "/admin/terminals/worker/"
+
+
+@pytest.fixture
+def browser(orm, embedded_server):
+    """A requests session logged in to the admin as a superuser, and that user."""
+    user = get_user_model().objects.create(username=f"admin-{uuid.uuid4().hex[:8]}", is_staff=True, is_superuser=True)
+    login = Client()
+    login.force_login(user)
+    http = requests.Session()
+    http.cookies.set("sessionid", login.cookies["sessionid"].value)
+    http.base = embedded_server.url
+    return http, user
+
+
+def get(http, path: str) -> requests.Response:
+    return http.get(f"{http.base}{path}", timeout=30, allow_redirects=False)
+
+
+def post(http, path: str, data: dict) -> requests.Response:
+    """A form post as the admin's pages send it, with the CSRF token the changelist page carries."""
+    page = get(http, SESSIONS)
+    token = http.cookies.get("csrftoken") or re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)[1]
+    return http.post(f"{http.base}{path}", data={"csrfmiddlewaretoken": token, **data}, timeout=60,
+                     allow_redirects=False, headers={"Referer": f"{http.base}{path}"})
+
+
+def test_admin_cannot_add_or_delete_terminal_or_worker_rows(browser, alice):
+    """The add and delete pages of terminals and workers answer 403, a delete or a change posted anyway alters
+    nothing and leaves the process running, and the changelist offers "End selected terminals" instead of deleting."""
+    http, _ = browser
+    created = alice.create(command="sleep", args=["100"])
+    terminal = created["terminalId"]
+    worker = str(TerminalSession.objects.get(pk=terminal).worker_id)
+    for path in (f"{SESSIONS}add/", f"{SESSIONS}{terminal}/delete/", f"{WORKERS}add/", f"{WORKERS}{worker}/delete/"):
+        assert get(http, path).status_code == 403, path
+    assert post(http, f"{SESSIONS}{terminal}/delete/", {"post": "yes"}).status_code == 403
+    assert post(http, f"{WORKERS}{worker}/delete/", {"post": "yes"}).status_code == 403
+    # The detail pages show the records read-only: a save cannot write a stale form over the worker's updates.
+    assert post(http, f"{SESSIONS}{terminal}/change/", {"status": "exited"}).status_code == 403
+    assert post(http, f"{WORKERS}{worker}/change/", {"pid": "1"}).status_code == 403
+    assert get(http, f"{SESSIONS}{terminal}/change/").status_code == 200
+    refused_bulk = post(http, SESSIONS, {"action": "delete_selected", "_selected_action": terminal})
+    assert refused_bulk.status_code in (200, 302)  # the admin answers an unknown action with a message
+    assert TerminalSession.objects.filter(pk=terminal).exists()
+    assert Worker.objects.filter(pk=worker).exists()
+    assert not gone(created["pid"])
+    changelist = get(http, SESSIONS)
+    assert changelist.status_code == 200
+    assert "End selected terminals" in changelist.text
+    assert 'value="delete_selected"' not in changelist.text
+
+
+def test_admin_action_ends_terminals_like_delete_and_audits_the_admin(browser, alice, bob):
+    """"End selected terminals" ends the terminal's processes and releases it as DELETE does, audited as a delete
+    by the admin user; a terminal not selected keeps running, and one already released is refused and audited."""
+    http, user = browser
+    doomed = alice.create(command="sleep", args=["100"])
+    bystander = bob.create(shell="/bin/bash")["terminalId"]
+    response = post(http, SESSIONS, {"action": "end_terminals", "_selected_action": doomed["terminalId"]})
+    assert response.status_code == 302, response.text[-2000:]
+
+    record = TerminalSession.objects.get(pk=doomed["terminalId"])
+    assert record.status == TerminalSession.Status.KILLED
+    assert record.released is not None
+    wait_for(lambda: gone(doomed["pid"]), 10, "the terminal's process to end")
+    [event] = AuditEvent.objects.filter(terminal_id=doomed["terminalId"], action="delete")
+    assert (event.user_id, event.outcome, event.details["signal"]) == (user.pk, "ok", "SIGTERM")
+    assert bob.run(bystander, "echo alive-$((6*7))") == "alive-42"
+
+    again = post(http, SESSIONS, {"action": "end_terminals", "_selected_action": doomed["terminalId"]})
+    assert again.status_code == 302
+    refused = AuditEvent.objects.filter(terminal_id=doomed["terminalId"], action="delete").exclude(outcome="ok")
+    assert [(event.user_id, event.outcome) for event in refused] == [(user.pk, "TERMINAL_INACTIVE")]
