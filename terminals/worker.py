@@ -385,11 +385,10 @@ class TerminalWorker:
 
     async def handle_newest(self, message: dict) -> dict:
         session = self.manager.get(message["id"])
-        # All that is held, not just the newest limit bytes: escape sequences take room the plain text does not.
         raw, evicted = session.buffer.text_between(0, None)
         exit_status = exit_status_data(session.exit_status) if session.finished else None
         # Rendering a few MB takes a fraction of a second: off the loop, so other terminals are not held up.
-        text, cut = await asyncio.to_thread(newest_plain_text, raw, message["limit"])
+        text, cut = await asyncio.to_thread(newest_plain_text, raw, message["limit"], cut_before=evicted)
         return {"output": text, "truncated": evicted or cut, "exitStatus": exit_status}
 
     async def handle_bytes(self, message: dict) -> dict:

@@ -168,10 +168,11 @@ def test_output_is_plain_text_as_a_terminal_shows_it(alice, session):
     assert output["truncated"] is False
 
 
-def test_output_byte_limit_counts_the_text_returned(alice, session):
-    """The limit applies to the plain text: colour codes neither use it up nor show in the output."""
+def test_output_byte_limit_keeps_whole_lines_of_the_bytes_kept(alice, session):
+    """The terminal keeps the newest outputByteLimit bytes; output shows them as plain text from the first whole
+    line, so a colour code the cut split never shows. Each line is 16 bytes as printed; 40 keep a part of line 1."""
     terminal = create(alice, session, "sh", "-c", r"for i in 1 2 3; do printf '\033[32mline %s\033[0m\n' $i; done",
-                      outputByteLimit=14)
+                      outputByteLimit=40)
     result(alice, "terminal/wait_for_exit", sessionId=session, terminalId=terminal)
     output = result(alice, "terminal/output", sessionId=session, terminalId=terminal)
     assert output["output"] == "line 2\nline 3\n"

@@ -42,7 +42,7 @@ def test_heartbeat_ends_a_terminal_whose_record_was_deleted_and_the_rest_go_on(o
                     "the orphaned terminal to be ended")
         written = await worker.handle_input({"id": other["terminalId"], "data": "echo still-$((40+2))\n"})
         assert written["bytesWritten"] > 0
-        await until(lambda: "still-42" in worker.manager.get(other["terminalId"]).buffer.newest_text(4096)[0],
+        await until(lambda: "still-42" in worker.manager.get(other["terminalId"]).buffer.text_between(0, None)[0],
                     "the other terminal to answer")
         return orphan, other, worker.id
 

@@ -103,12 +103,18 @@ def complete_escapes_end(data: bytes) -> int:
     return match.start() if match else len(data)
 
 
-def newest_plain_text(raw: str, limit: int) -> tuple[str, bool]:
+def newest_plain_text(raw: str, limit: int, *, cut_before: bool = False) -> tuple[str, bool]:
     """The end of raw as a terminal shows it, at most limit UTF-8 bytes, from a whole character on.
 
     Returns the text and whether anything of the rendered text was left out. Rendering can
     lengthen a line (a move to a far column pads with blanks), so the cut comes after it.
+    cut_before says older output was dropped before raw begins: then raw may begin inside an
+    escape sequence, so the text starts at its first whole line (when it has more than one).
     """
+    if cut_before:
+        first_end = raw.find("\n")
+        if 0 <= first_end < len(raw) - 1:
+            raw = raw[first_end + 1 :]
     plain = strip_ansi(raw)
     encoded = plain.encode("utf-8", errors="surrogatepass")
     if len(encoded) <= limit:
