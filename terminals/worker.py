@@ -20,7 +20,7 @@ from django.db import close_old_connections
 from . import protocol, records
 from .environment import PER_USER, SERVICE, homes_base, run_as_policy
 from .runtime import confinement as confine
-from .runtime.accounts import provision
+from .runtime.accounts import provision, unix_name
 from .runtime.errors import TerminalError
 from .runtime.manager import Limits, SessionManager
 from .runtime.processes import kill_marked, marked_processes, signal_number
@@ -120,6 +120,11 @@ def check_run_as() -> None:
     policy = run_as_policy()
     if settings.TERMINALS["RUN_AS"] == "":
         logger.warning("TERMINALS_RUN_AS is set but empty, read as 'service'; say TERMINALS_RUN_AS=service")
+    if policy == PER_USER:
+        try:
+            unix_name("check", settings.TERMINALS["RUN_AS_PREFIX"])
+        except ValueError as error:
+            raise RuntimeError(f"TERMINALS_RUN_AS_PREFIX: {error}") from None
     if policy in (SERVICE, PER_USER) or os.geteuid() == 0:
         return
     account = confine.Account.lookup(policy)
@@ -132,7 +137,10 @@ def account_for(message: dict) -> confine.Account | None:
     """The account a new terminal runs as; per user, one this worker made for the terminal's owner, never another."""
     name = message.get("run_as")
     if run_as_policy() == PER_USER:
-        account = provision(message.get("username") or "", prefix=settings.TERMINALS["RUN_AS_PREFIX"], homes=homes_base())
+        if not message.get("username"):
+            raise AccountUnavailable("this worker runs each user's terminals as their own account, and the request "
+                                     "names no user: run web processes of the same version as the workers")
+        account = provision(message["username"], prefix=settings.TERMINALS["RUN_AS_PREFIX"], homes=homes_base())
         if account.name != name:
             raise AccountUnavailable(f"this worker runs each user's terminals as their own account ({account.name!r}), "
                                      f"not as {name or 'its own'!r}: set TERMINALS_RUN_AS the same in every process",

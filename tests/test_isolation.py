@@ -221,7 +221,8 @@ def test_each_user_gets_an_account_and_cannot_reach_the_others(per_user):
     ann, ben = Api(server.url, user_keys["ann"]), Api(server.url, user_keys["ben"])
     ann_terminal = ann.create()["terminalId"]  # the account's home is the default directory
     ben_terminal = ben.create()["terminalId"]
-    assert _command(ann, ann_terminal, "id -un; pwd")["output"].split() == [accounts["ann"], str(homes / accounts["ann"])]
+    expected = [accounts["ann"], str(homes / accounts["ann"])]
+    assert _command(ann, ann_terminal, "id -un; pwd")["output"].split() == expected
     ben_pid = ben.get(f"/api/terminals/{ben_terminal}").json()["data"]["pid"]
     for probe, refusal in {f"cat /proc/{ben_pid}/environ": "Permission denied",
                            f"ls /proc/{ben_pid}/fd": "Permission denied",

@@ -20,7 +20,7 @@ from django.conf import settings as django_settings
 
 from tests.client import Api
 from tests.conftest import make_key
-from tests.servers import ROOT, service_env, start_embedded
+from tests.servers import ROOT, service_env, start_embedded, start_split
 
 
 def _command(api: Api, terminal_id: str, command: str) -> dict:
@@ -99,6 +99,22 @@ def test_by_default_a_users_terminal_cannot_reach_the_service_or_another_user(de
     assert _command(ben, ben_terminal, "cat ~/notes")["output"].strip() == "private"
 
 
+def test_by_default_split_workers_run_each_users_terminals_as_their_own_account(orm, homes, prefix):
+    """Web processes and two workers as the split deployment runs them: a worker makes the account the web asks for."""
+    _, key = make_key(name="cid")  # a user without an account yet
+    server = start_split(webs=1, workers=2, TERMINALS_RUN_AS=None, TERMINALS_RUN_AS_PREFIX=prefix,
+                         TERMINALS_HOMES=str(homes))
+    try:
+        ann = Api(server.url, key)
+        created = ann.create()
+        uid, cwd = _command(ann, created["terminalId"], "id -u; pwd")["output"].split()
+        assert uid != "0" and Path(cwd).parent == homes and cwd == created["cwd"], (uid, cwd)
+        assert _health(ann)["isolation"]["usersSeparated"] is True
+        assert "NOT separated" not in server.process("worker0").log()
+    finally:
+        server.stop()
+
+
 def test_by_default_health_says_users_are_separated(default_server, two_users):
     isolation = _health(Api(default_server.url, two_users["ann"][1]))["isolation"]
     assert isolation == {"usersSeparated": True, "runAs": "per-user", "problem": None}
@@ -164,9 +180,11 @@ def shared_server(django_db_setup):
     server.stop()
 
 
-def test_the_start_banner_says_when_users_are_not_separated(shared_server, default_server):
+def test_the_start_banner_says_when_users_are_not_separated(shared_server, default_server, split_server):
     assert "users are NOT separated" in shared_server.process("serve").log()
     assert "NOT separated" not in default_server.process("serve").log()
+    # The test settings run the split deployment's workers as the service's own account too (tests/settings.py).
+    assert "users are NOT separated" in split_server.process("worker0").log()
 
 
 def test_health_says_when_users_are_not_separated_and_why(shared_server, keys):

@@ -42,7 +42,8 @@ class AccountRefused(TerminalError):
 def unix_name(username: str, prefix: str) -> str:
     """The account name for username: prefix, a readable part and a hash of the exact username."""
     if not PREFIX_FORMAT.match(prefix or "u"):
-        raise ValueError(f"account prefix {prefix!r}: lowercase letters, digits, _ and -, at most 16, not a digit first")
+        raise ValueError(f"account prefix {prefix!r}: lowercase letters, digits, _ and -, at most 16, "
+                         "not a digit first")
     digest = user_tag(username)[:HASH_CHARS]
     readable = re.sub(r"[^a-z0-9_]", "_", username.lower())
     room = NAME_LIMIT - len(prefix or "u") - 1 - HASH_CHARS
@@ -146,7 +147,8 @@ def _make_home(account: Account) -> None:
     except FileExistsError:
         info = os.lstat(home)
         if not stat.S_ISDIR(info.st_mode) or info.st_uid not in (0, account.uid):
-            raise AccountRefused(f"{home} exists and is not {account.name!r}'s home; move it away", account=account.name)
+            raise AccountRefused(f"{home} exists and is not {account.name!r}'s home; move it away",
+                                 account=account.name)
         if info.st_uid == account.uid:
             return
     os.chown(home, account.uid, account.gid, follow_symlinks=False)
