@@ -135,8 +135,8 @@ def own_account_name(username: str) -> str:
 def run_as_account(username: str) -> Account | None:
     """The Unix account a user's terminals run as; None: the service's own.
 
-    Per user, the account must be one the service made for this user (None is raised as 403 when there is none
-    yet: the caller has a worker make it, see sessions.py).
+    Per user, the account must be one the service made for this user; while there is none yet, AccountMissing
+    (a 403) is raised, and the caller has a worker make it (sessions.py).
     """
     policy = run_as_policy()
     if policy == SERVICE:

@@ -146,6 +146,12 @@ def account_for(message: dict) -> confine.Account | None:
                                      f"not as {name or 'its own'!r}: set TERMINALS_RUN_AS the same in every process",
                                      account=account.name)
         return account
+    expected = "" if run_as_policy() == SERVICE else run_as_policy()
+    if (name or "") != expected:
+        # Whatever reaches the channel layer, this worker runs terminals only as it is configured to.
+        raise AccountUnavailable(f"this worker runs terminals as {expected or 'its own account'!r}, not as "
+                                 f"{name or 'its own account'!r}: set TERMINALS_RUN_AS the same in every process",
+                                 account=name or "")
     if not name:
         return None
     try:

@@ -94,7 +94,9 @@ def test_by_default_a_users_terminal_cannot_reach_the_service_or_another_user(de
     ]
     for probe in probes:
         result = _command(ann, ann_terminal, f"{probe} 2>&1")
-        assert result["exitCode"] != 0 and "Permission denied" in result["output"], (probe, result)
+        if result["exitCode"] == 0 or "Permission denied" not in result["output"]:
+            who = _command(ann, ann_terminal, f"id; stat -c '%u:%g %a %n' {ben_home} {data_dir}")["output"]
+            raise AssertionError(f"{probe!r} was let through: {result}; {who}")
     assert not (data_dir / "planted").exists() and not Path(ben_home, "planted").exists()
     assert _command(ben, ben_terminal, "cat ~/notes")["output"].strip() == "private"
 
