@@ -23,7 +23,7 @@ def _persistent_secret_key() -> str:
         return configured
     path = DATA_DIR / "secret_key"
     if not path.exists():
-        DATA_DIR.mkdir(parents=True, exist_ok=True)
+        DATA_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)  # private from the start, not from ready()
         descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(descriptor, "w") as key_file:
             key_file.write(secrets.token_urlsafe(50))
