@@ -23,7 +23,7 @@ def _persistent_secret_key() -> str:
         return configured
     path = DATA_DIR / "secret_key"
     if not path.exists():
-        DATA_DIR.mkdir(parents=True, exist_ok=True)
+        DATA_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)  # private from the start, not from ready()
         descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(descriptor, "w") as key_file:
             key_file.write(secrets.token_urlsafe(50))
@@ -207,7 +207,7 @@ TERMINALS = {
     "ALLOWED_SHELLS": env_list("TERMINALS_ALLOWED_SHELLS", []),  # empty: the shells in /etc/shells
     "DEFAULT_SHELL": os.getenv("TERMINALS_DEFAULT_SHELL", ""),  # empty: $SHELL if allowed, else bash, else sh
     "CWD_ROOT": os.getenv("TERMINALS_CWD_ROOT", ""),
-    "DEFAULT_CWD": os.getenv("TERMINALS_DEFAULT_CWD", ""),  # empty: CWD_ROOT, else the service's directory
+    "DEFAULT_CWD": os.getenv("TERMINALS_DEFAULT_CWD", ""),  # empty: CWD_ROOT, else the user's home or workspace
     "MAX_INPUT_BYTES": env_int("TERMINALS_MAX_INPUT_BYTES", 64 * 1024, minimum=1),
     "MAX_PENDING_INPUT_BYTES": env_int("TERMINALS_MAX_PENDING_INPUT_BYTES", 1 << 20, minimum=1024),
     "MAX_ENV_VARS": env_int("TERMINALS_MAX_ENV_VARS", 100),
@@ -223,10 +223,14 @@ TERMINALS = {
     "MAX_READ_BYTES": env_int("TERMINALS_MAX_READ_BYTES", 1 << 20, minimum=1),
     "WORKER_TIMEOUT_MS": env_int("TERMINALS_WORKER_TIMEOUT_MS", 5000, minimum=100),
     "HEARTBEAT_INTERVAL_MS": env_int("TERMINALS_HEARTBEAT_INTERVAL_MS", 5000, minimum=100),
-    # Who terminals run as: empty = the service's own account; a name = that account;
-    # "per-user" = the account named TERMINALS_RUN_AS_PREFIX + the Django username.
-    "RUN_AS": os.getenv("TERMINALS_RUN_AS", "").strip(),
-    "RUN_AS_PREFIX": os.getenv("TERMINALS_RUN_AS_PREFIX", ""),
+    # Who terminals run as (terminals/environment.py, run_as_policy): unset = "per-user" when the service runs
+    # as root, else "service"; "per-user" = an account per Django user, made on first use; "service" (or
+    # empty, the old spelling) = the service's own account, users not separated; any other name = that account.
+    "RUN_AS": None if os.getenv("TERMINALS_RUN_AS") is None else os.environ["TERMINALS_RUN_AS"].strip(),
+    "RUN_AS_PREFIX": os.getenv("TERMINALS_RUN_AS_PREFIX", "term-"),
+    # Where each user's home (per-user) or workspace (service) is made; empty: /home as root, else
+    # ~/terminal-homes of the service's account.
+    "HOMES": os.getenv("TERMINALS_HOMES", ""),
     # Per-terminal limits (0 = none). Processes, memory and CPU are enforced by cgroups where writable.
     "LIMIT_PROCESSES": env_int("TERMINALS_LIMIT_PROCESSES", 512, minimum=0),
     "LIMIT_OPEN_FILES": env_int("TERMINALS_LIMIT_OPEN_FILES", 4096, minimum=0),

@@ -12,6 +12,9 @@ from .audit import Actor, audit
 from .exceptions import AuditUnavailable, ServiceError
 from .models import ApiKey, AuditEvent, TerminalSession, Worker
 
+# The index says plainly when users' terminals are not separated (terminals/templatetags/terminals_admin.py).
+admin.site.index_template = "terminals/admin_index.html"
+
 
 @admin.register(TerminalSession)
 class TerminalSessionAdmin(admin.ModelAdmin):

@@ -27,3 +27,11 @@ def _keep_data_private() -> None:
             os.chmod(data_dir, 0o700)
         except OSError:
             pass  # not ours to change; SECURITY.md says to keep it private
+    # A SQLite file outside the data directory (DATABASE_URL) is kept to the service's account too.
+    database = settings.DATABASES["default"]
+    if database["ENGINE"] == "django.db.backends.sqlite3":
+        for path in (str(database["NAME"]), f"{database['NAME']}-wal", f"{database['NAME']}-shm"):
+            try:
+                os.chmod(path, 0o600)
+            except OSError:
+                pass  # not made yet (it is then made inside the data directory by default), or not ours

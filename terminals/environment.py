@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import shutil
 from functools import lru_cache
@@ -11,6 +12,7 @@ from pathlib import Path
 from django.conf import settings
 
 from .exceptions import Forbidden, InvalidInput
+from .runtime.accounts import AccountRefused, lookup_own, unix_name
 from .runtime.confinement import Account
 
 ETC_SHELLS = "/etc/shells"
@@ -72,20 +74,117 @@ def _is_executable(path: str) -> bool:
     return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
+PER_USER, SERVICE = "per-user", "service"
+
+
+def run_as_policy(euid: int | None = None) -> str:
+    """Who terminals run as: "per-user", "service" (the service's own account) or the name of one account.
+
+    Unset, it is the safe choice wherever the service can switch accounts (it runs as root): "per-user".
+    """
+    configured = settings.TERMINALS["RUN_AS"]
+    if configured is None:
+        return PER_USER if (os.geteuid() if euid is None else euid) == 0 else SERVICE
+    return configured or SERVICE  # empty: the old spelling of "service"
+
+
+def isolation() -> dict:
+    """Whether users are kept from the service and from each other, and if not, why and what to do."""
+    policy = run_as_policy()
+    if policy == PER_USER:
+        return {"usersSeparated": True, "runAs": policy, "problem": None}
+    if policy != SERVICE:
+        problem = (f"every user's terminals run as the one account {policy!r}: kept from the service's files, not "
+                   "from each other. Set TERMINALS_RUN_AS=per-user (the service must run as root) to separate users")
+    elif os.geteuid() == 0:
+        problem = ("terminals run as the service's own account, root: any user's terminal can read and change the "
+                   "service's database, secret key and every other user's terminals and files. Unset "
+                   "TERMINALS_RUN_AS (or set it to per-user) to give each user an account of their own")
+    else:
+        problem = (f"terminals run as the service's own account (uid {os.geteuid()}): any user's terminal can read "
+                   "and change the service's database, secret key and every other user's terminals and files. "
+                   "Run the service as root (as in most containers) so each user's terminals run as an account of "
+                   "their own, or keep to one user per service")
+    if settings.TERMINALS["RUN_AS"] == "":
+        problem += " (TERMINALS_RUN_AS is set but empty: read as 'service')"
+    return {"usersSeparated": False, "runAs": policy, "problem": problem}
+
+
+def separation_warning() -> str:
+    """One paragraph for an operator when users are not separated; empty when they are."""
+    report = isolation()
+    if report["usersSeparated"]:
+        return ""
+    return f"WARNING: users are NOT separated: {report['problem']}."
+
+
+def homes_base() -> Path:
+    """Where users' homes (per-user) or workspaces (service) are made."""
+    configured = settings.TERMINALS["HOMES"]
+    if configured:
+        return Path(configured)
+    if os.geteuid() == 0:
+        return Path("/home")
+    return Path(pwd.getpwuid(os.geteuid()).pw_dir) / "terminal-homes"
+
+
+def own_account_name(username: str) -> str:
+    return unix_name(username, settings.TERMINALS["RUN_AS_PREFIX"])
+
+
 def run_as_account(username: str) -> Account | None:
-    """The Unix account a user's terminals run as under TERMINALS_RUN_AS; None: the service's own."""
-    policy = settings.TERMINALS["RUN_AS"]
-    if not policy:
+    """The Unix account a user's terminals run as; None: the service's own.
+
+    Per user, the account must be one the service made for this user; while there is none yet, AccountMissing
+    (a 403) is raised, and the caller has a worker make it (sessions.py).
+    """
+    policy = run_as_policy()
+    if policy == SERVICE:
         return None
-    name = settings.TERMINALS["RUN_AS_PREFIX"] + username if policy == "per-user" else policy
+    if policy == PER_USER:
+        return own_account(username)
     try:
-        account = Account.lookup(name)
+        return Account.lookup(policy)
     except KeyError:
-        raise Forbidden(f"there is no Unix account {name!r} for terminals to run as", {"account": name}) from None
-    if policy == "per-user" and account.uid == 0:
-        # A Django user named "root" must not get a root shell by its name alone.
-        raise Forbidden(f"terminals of user {username!r} would run as root; refused", {"account": name})
+        raise Forbidden(f"there is no Unix account {policy!r} for terminals to run as", {"account": policy}) from None
+
+
+class AccountMissing(Forbidden):
+    """The user's own account has not been made yet (on this host)."""
+
+
+def own_account(username: str) -> Account:
+    name = own_account_name(username)
+    try:
+        account = lookup_own(name, username)
+    except AccountRefused as refused:
+        raise Forbidden(refused.message, refused.details) from None
+    if account is None:
+        raise AccountMissing(f"there is no Unix account {name!r} for user {username!r} on this host, and the "
+                             "worker that answered could not make it here; run web processes and terminal workers "
+                             "on the same host, as root", {"account": name})
     return account
+
+
+def workspace(username: str) -> str:
+    """A user's own starting directory when terminals run as the service's account (made 0700 on first use)."""
+    path = homes_base() / own_account_name(username)
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, exist_ok=True)
+    except OSError as error:
+        raise invalid("cwd", f"the default directory {str(path)!r} cannot be made ({error.strerror}); "
+                      "name a cwd, or set TERMINALS_HOMES to a directory the service can write") from None
+    return str(path)
+
+
+def start_directory(username: str, account: Account | None) -> str:
+    """Where a terminal starts when neither the request nor the settings name a directory: never the checkout."""
+    if account is None:
+        return workspace(username)
+    if os.path.isdir(account.home) and account.can_enter(account.home):
+        return account.home
+    return "/"  # a shared account without a usable home (nobody's is /nonexistent)
 
 
 def cwd_root() -> Path | None:
@@ -93,26 +192,20 @@ def cwd_root() -> Path | None:
     return Path(root).resolve() if root else None
 
 
-def default_cwd() -> str:
-    configured = settings.TERMINALS["DEFAULT_CWD"]
-    root = cwd_root()
-    return configured or (str(root) if root else os.getcwd())
-
-
-def resolve_cwd(cwd: str | None, account: Account | None = None) -> str:
+def resolve_cwd(cwd: str | None, account: Account | None = None, *, username: str = "") -> str:
     """Returns the real path of an existing directory, inside TERMINALS_CWD_ROOT when that is set.
 
-    With an account, the default is its home directory (when nothing else is configured) and
-    the directory must be one the account can enter.
+    Without a cwd: TERMINALS_DEFAULT_CWD, else the root, else the user's own home or workspace; a relative cwd
+    starts from there too. With an account, the directory must be one the account can enter.
     """
     root = cwd_root()
-    if not cwd:
-        configured = settings.TERMINALS["DEFAULT_CWD"] or (str(root) if root else "")
-        home_fits = account is not None and os.path.isdir(account.home) and account.can_enter(account.home)
-        cwd = configured or (account.home if home_fits else default_cwd())
+    start = settings.TERMINALS["DEFAULT_CWD"] or (str(root) if root else "")
+    if not start and (not cwd or not cwd.startswith("/")):
+        start = start_directory(username, account)
+    cwd = cwd or start
     if "\x00" in cwd:
         raise invalid("cwd", "must not contain NUL")
-    base = root or Path(default_cwd())
+    base = root or Path(start or "/")
     # Resolving follows symlinks and "..", so the containment check sees where the path really leads.
     path = (base / cwd).resolve()
     if root is not None and path != root and root not in path.parents:

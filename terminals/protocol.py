@@ -25,7 +25,8 @@ CREATE_CHANNEL = "terminals.create"
 # Requests, with their fields besides type/reply_to/deadline. "read" is a dict of
 # read options: mode, head_lines, tail_lines, max_lines, strip_ansi.
 CREATE = "terminal.create"  # id, owner_id, api_key_id, name, shell, argv, cwd, env, cols, rows,
-#                             kind ("shell" | "command"), pty, command, args, output_byte_limit, session_id
+#                             kind ("shell" | "command"), pty, command, args, output_byte_limit, session_id,
+#                             run_as (the account, "" for the worker's own), username (the owner's)
 INPUT = "terminal.input"  # id, data (str, sent as UTF-8), close (end of input, pipes only)
 OUTPUT = "terminal.output"  # id, since, since_time (unix time), stream, read
 BYTES = "terminal.bytes"  # id, from_byte, max_bytes, strip_ansi, stream
@@ -44,6 +45,7 @@ COMMAND_WAIT = "terminal.command.wait"  # id, command_id, timeout, read
 COMMAND_LIST = "terminal.command.list"  # id
 ATTACH = "terminal.attach"  # id, subscriber (a channel), from_byte: stream the output there from from_byte (None: oldest)
 DETACH = "terminal.detach"  # id, subscriber
+ACCOUNT = "worker.account"  # username: makes the user's own Unix account (per-user), answers its name and home
 PING = "worker.ping"  # nothing; answers the worker's id and how many terminals it hosts
 
 # Pushed by the worker to an attached channel, in order (see streaming.py).

@@ -432,6 +432,8 @@ class HealthSerializer(serializers.Serializer):
     version = serializers.CharField()
     worker = serializers.DictField()
     database = serializers.DictField()
+    isolation = serializers.DictField(help_text="usersSeparated: whether each user's terminals run as an account "
+                                      "of their own; runAs; problem: why not and what to do")
 
 
 class ErrorSerializer(serializers.Serializer):

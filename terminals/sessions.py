@@ -12,8 +12,8 @@ from django.utils import timezone
 
 from . import protocol, worker_client
 from .audit import Actor, audit
-from .environment import (build_env, invalid, resolve_cwd, resolve_program, resolve_shell, run_as_account, shell_argv,
-                          validate_env)
+from .environment import (AccountMissing, build_env, invalid, isolation, resolve_cwd, resolve_program, resolve_shell,
+                          run_as_account, shell_argv, validate_env)
 from .exceptions import AuditUnavailable, ServiceError, TerminalInactive, TerminalNotFound, WorkerUnavailable
 from .models import TerminalSession
 from .records import session_data
@@ -145,8 +145,9 @@ def session_create(
     session_id="",
 ) -> dict:
     """Starts a shell, or with command a program run directly (no shell in between)."""
-    account = run_as_account(actor.user.get_username())
-    directory = resolve_cwd(cwd, account)
+    username = actor.user.get_username()
+    account = _run_as(username)
+    directory = resolve_cwd(cwd, account, username=username)
     requested_env = validate_env(env or {})
     if command:
         environment = build_env(requested_env, shell="", account=account)
@@ -175,6 +176,7 @@ def session_create(
         output_byte_limit=output_byte_limit,
         session_id=session_id or "",
         run_as=account.name if account is not None else "",
+        username=username,
         **fields,
     )
     try:
@@ -185,6 +187,15 @@ def session_create(
         _discard(terminal_id)  # no terminal runs off the record
         raise
     return data
+
+
+def _run_as(username: str):
+    """The user's account; on a user's first terminal, a worker (which runs as root) makes it."""
+    try:
+        return run_as_account(username)
+    except AccountMissing:
+        worker_client.request_sync(protocol.CREATE_CHANNEL, protocol.ACCOUNT, username=username)
+        return run_as_account(username)
 
 
 def normalize_input(text: str, *, append_newline: bool = True) -> str:
@@ -369,6 +380,7 @@ def health() -> dict:
         "version": settings.VERSION,
         "worker": worker,
         "database": {"ok": database_ok},
+        "isolation": isolation(),
     }
 
 

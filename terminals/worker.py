@@ -18,7 +18,9 @@ from django.conf import settings
 from django.db import close_old_connections
 
 from . import protocol, records
+from .environment import PER_USER, SERVICE, homes_base, run_as_policy
 from .runtime import confinement as confine
+from .runtime.accounts import provision, unix_name
 from .runtime.ansi import newest_plain_text
 from .runtime.errors import SessionNotFound, TerminalError
 from .runtime.manager import Limits, SessionManager
@@ -126,16 +128,41 @@ def confinement_from_settings() -> confine.Confinement:
 
 def check_run_as() -> None:
     """Refuses to start a worker that could not run terminals as the configured account."""
-    run_as = settings.TERMINALS["RUN_AS"]
-    if not run_as or run_as == "per-user" or os.geteuid() == 0:
+    policy = run_as_policy()
+    if settings.TERMINALS["RUN_AS"] == "":
+        logger.warning("TERMINALS_RUN_AS is set but empty, read as 'service'; say TERMINALS_RUN_AS=service")
+    if policy == PER_USER:
+        try:
+            unix_name("check", settings.TERMINALS["RUN_AS_PREFIX"])
+        except ValueError as error:
+            raise RuntimeError(f"TERMINALS_RUN_AS_PREFIX: {error}") from None
+    if policy in (SERVICE, PER_USER) or os.geteuid() == 0:
         return
-    account = confine.Account.lookup(run_as)
+    account = confine.Account.lookup(policy)
     if account.uid != os.geteuid():
-        raise RuntimeError(f"TERMINALS_RUN_AS={run_as}: a worker running as uid {os.geteuid()} cannot switch to "
-                           f"uid {account.uid}; run the worker as root or leave TERMINALS_RUN_AS empty")
+        raise RuntimeError(f"TERMINALS_RUN_AS={policy}: a worker running as uid {os.geteuid()} cannot switch to "
+                           f"uid {account.uid}; run the worker as root or set TERMINALS_RUN_AS=service")
 
 
-def account_for(name: str | None) -> confine.Account | None:
+def account_for(message: dict) -> confine.Account | None:
+    """The account a new terminal runs as; per user, one this worker made for the terminal's owner, never another."""
+    name = message.get("run_as")
+    if run_as_policy() == PER_USER:
+        if not message.get("username"):
+            raise AccountUnavailable("this worker runs each user's terminals as their own account, and the request "
+                                     "names no user: run web processes of the same version as the workers")
+        account = provision(message["username"], prefix=settings.TERMINALS["RUN_AS_PREFIX"], homes=homes_base())
+        if account.name != name:
+            raise AccountUnavailable(f"this worker runs each user's terminals as their own account ({account.name!r}), "
+                                     f"not as {name or 'its own'!r}: set TERMINALS_RUN_AS the same in every process",
+                                     account=account.name)
+        return account
+    expected = "" if run_as_policy() == SERVICE else run_as_policy()
+    if (name or "") != expected:
+        # Whatever reaches the channel layer, this worker runs terminals only as it is configured to.
+        raise AccountUnavailable(f"this worker runs terminals as {expected or 'its own account'!r}, not as "
+                                 f"{name or 'its own account'!r}: set TERMINALS_RUN_AS the same in every process",
+                                 account=name or "")
     if not name:
         return None
     try:
@@ -228,6 +255,7 @@ class TerminalWorker:
             protocol.STATS: self.handle_stats,
             protocol.TERMINATE: self.handle_terminate,
             protocol.PING: self.handle_ping,
+            protocol.ACCOUNT: self.handle_account,
             protocol.BYTES: self.handle_bytes,
             protocol.NEWEST: self.handle_newest,
             protocol.INFO: self.handle_info,
@@ -338,7 +366,7 @@ class TerminalWorker:
         await self.database.run(lambda: records.check_user_limit(message["owner_id"]))
         env = {**message["env"], MARKER_VARIABLE: message["id"]}
         spec = SpawnSpec(argv=message["argv"], cwd=message["cwd"], env=env, cols=message["cols"], rows=message["rows"])
-        account = account_for(message.get("run_as"))
+        account = await asyncio.to_thread(account_for, message)
         if account is not None and not account.can_enter(spec.cwd):
             raise InvalidRequest(f"cwd: {spec.cwd!r} cannot be entered by account {account.name!r}",
                                  fields={"cwd": [f"cannot be entered by account {account.name!r}"]})
@@ -538,8 +566,16 @@ class TerminalWorker:
 
     async def handle_ping(self, message: dict) -> dict:
         return {"worker": self.id, "terminals": len(self.manager), "active": self.manager.active_count,
-                "isolation": {**self.confinement.describe(), "runAs": settings.TERMINALS["RUN_AS"] or None,
-                              "workerUid": os.geteuid()}}
+                "isolation": {**self.confinement.describe(), "runAs": run_as_policy(), "workerUid": os.geteuid()}}
+
+    async def handle_account(self, message: dict) -> dict:
+        """Makes the user's own account before their first terminal (the web process may not be root)."""
+        if run_as_policy() != PER_USER:
+            raise AccountUnavailable("this worker does not run terminals per user: set TERMINALS_RUN_AS the same in "
+                                     "every process")
+        account = await asyncio.to_thread(provision, message["username"], prefix=settings.TERMINALS["RUN_AS_PREFIX"],
+                                          homes=homes_base())
+        return {"account": account.name, "home": account.home}
 
     # Lifecycle events
 

@@ -89,7 +89,8 @@ class ServiceProcess:
 TEST_HOME = tempfile.mkdtemp(prefix="terminals-home-")
 
 
-def service_env(**overrides: str) -> dict[str, str]:
+def service_env(**overrides: str | None) -> dict[str, str]:
+    """The environment of a service process: the test run's, with overrides (None removes a variable)."""
     env = dict(os.environ)
     env["HOME"] = TEST_HOME
     env["DJANGO_SETTINGS_MODULE"] = "config.settings"
@@ -97,7 +98,9 @@ def service_env(**overrides: str) -> dict[str, str]:
     env.setdefault("TERMINALS_THROTTLE_RATE", "100000/min")
     env.setdefault("TERMINALS_CREATE_THROTTLE_RATE", "100000/min")
     env.setdefault("TERMINALS_ACCESS_LOG", "true")  # every URL lands in the log, where the secrets test looks
-    env.update(overrides)
+    env.update({name: value for name, value in overrides.items() if value is not None})
+    for name in [name for name, value in overrides.items() if value is None]:
+        env.pop(name, None)
     return env
 
 

@@ -137,3 +137,42 @@ def test_worker_refuses_creation_past_the_per_user_limit(orm, settings):
     reply = run(with_worker(body))
     assert reply["ok"] is False
     assert reply["error"]["code"] == "LIMIT_REACHED"
+
+
+def test_a_worker_runs_terminals_only_as_the_account_it_is_configured_for(orm, settings):
+    """A create naming another account (a web process set up differently, or anything else on the channel layer)
+    is refused: with TERMINALS_RUN_AS=service, not as nobody or root; per user, not as the worker's own."""
+    import subprocess
+    import tempfile
+    import uuid
+    from pathlib import Path
+
+    from terminals.runtime.errors import TerminalError
+
+    owner, _ = make_key()
+    homes = Path(tempfile.mkdtemp(prefix="terminals-test-homes-"))
+    homes.chmod(0o755)
+    prefix = f"tw{uuid.uuid4().hex[:4]}-"
+
+    async def body(worker):
+        refusals = []
+        for run_as in ("nobody", "root"):
+            with pytest.raises(TerminalError) as caught:
+                await worker.handle_create(create_message(owner, run_as=run_as, username=owner.username))
+            refusals.append(caught.value)
+        settings.TERMINALS = {**settings.TERMINALS, "RUN_AS": "per-user", "RUN_AS_PREFIX": prefix, "HOMES": str(homes)}
+        with pytest.raises(TerminalError) as caught:
+            await worker.handle_create(create_message(owner, run_as="", username=owner.username))
+        refusals.append(caught.value)
+        return refusals
+
+    try:
+        refusals = run(with_worker(body))
+    finally:
+        with open("/etc/passwd") as passwd:
+            for name in [line.split(":", 1)[0] for line in passwd if line.startswith(prefix)]:
+                subprocess.run(["userdel", name], check=False, capture_output=True)
+        subprocess.run(["rm", "-rf", str(homes)], check=False)
+    assert [refusal.code for refusal in refusals] == ["FORBIDDEN"] * 3, refusals
+    assert all("set TERMINALS_RUN_AS the same in every process" in refusal.message for refusal in refusals), refusals
+    assert not TerminalSession.objects.filter(owner=owner).exists()

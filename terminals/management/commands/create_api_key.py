@@ -6,6 +6,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
+from terminals.environment import separation_warning
 from terminals.models import ApiKey
 
 
@@ -33,4 +34,11 @@ class Command(BaseCommand):
             f"{'Created user ' + username + ' and a' if created else 'Created a'}n API key {record.display_prefix}"
             f"{' (staff)' if user.is_staff else ''}{', expires ' + expires_at.isoformat() if expires_at else ''}."
         )
+        self.warn_if_users_share(created)
         self.stdout.write(key)
+
+    def warn_if_users_share(self, created: bool) -> None:
+        """A second user is the moment separation starts to matter: say so where the operator looks."""
+        warning = separation_warning()
+        if created and warning and get_user_model().objects.count() > 1:
+            self.stderr.write(f"{warning} This service now has more than one user.")

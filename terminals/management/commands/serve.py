@@ -8,6 +8,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from terminals.environment import separation_warning
 from terminals.models import ApiKey
 
 
@@ -44,6 +45,11 @@ class Command(BaseCommand):
             "More keys: python manage.py create_api_key USERNAME [--staff]\n"
         )
 
+    def warn_unseparated(self) -> None:
+        warning = separation_warning()
+        if warning:
+            self.stdout.write(f"\n{warning}\n\n")
+
     def run_daphne(self, host: str, port: int, key: str | None) -> None:
         from daphne.server import Server  # installs Twisted's asyncio reactor: import it first
 
@@ -69,6 +75,7 @@ class Command(BaseCommand):
                 def announce():
                     if key is not None:
                         command.announce_key(key, url)
+                    command.warn_unseparated()
                     command.stdout.write(f"Listening on {url}")
                     command.stdout.flush()
 

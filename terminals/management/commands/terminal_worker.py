@@ -6,6 +6,7 @@ import signal
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from terminals.environment import separation_warning
 from terminals.worker import TerminalWorker
 
 
@@ -24,5 +25,8 @@ class Command(BaseCommand):
             loop.add_signal_handler(signum, lambda: loop.create_task(worker.shutdown()))
         await worker.start()
         self.stdout.write(f"terminal worker {worker.id} ready on {worker.channel}", ending="\n")
+        warning = separation_warning()
+        if warning:
+            self.stdout.write(warning, ending="\n")
         self.stdout.flush()
         await worker.stopped.wait()
