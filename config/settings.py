@@ -154,7 +154,7 @@ REST_FRAMEWORK = {
         "create": os.getenv("TERMINALS_CREATE_THROTTLE_RATE", "60/min"),
     },
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["terminals.parsers.KeepableJSONParser"],
     "EXCEPTION_HANDLER": "terminals.exceptions.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",

@@ -14,10 +14,11 @@ Decisions the protocol leaves open:
   code being the REST API's error code (TERMINAL_NOT_FOUND, TERMINAL_INACTIVE, LIMIT_REACHED, ...).
   Throttling is one of them: RATE_LIMITED, with details.retryAfter in seconds.
 - terminal/output is plain text (escape sequences removed, redrawn lines in their final state, \n line
-  ends): what an editor shows in its agent panel and a model reads. outputByteLimit counts that text.
+  ends): what an editor shows in its agent panel and a model reads, of the newest outputByteLimit bytes
+  the terminal keeps, from the first whole line once older output was dropped.
 - A body is refused whole, as a parse error, when it holds a value the service could not echo or record
   faithfully: a number that is not finite or an integer outside int64/uint64 (the widest the ACP schema
-  uses), a string with a lone surrogate, or nesting deeper than MAX_DEPTH. An id must be what the ACP
+  uses), a string with a lone surrogate, or nesting deeper than json_input.MAX_DEPTH. An id must be what the ACP
   schema's RequestId allows: a string, an int64 integer or null; a float is refused even when whole.
 - The audit row of every call, refused ones included, stores a safe rendering of the method and id
   (keys masked, at most AUDIT_TEXT characters, no NUL or lone surrogates), so it can always be written.
@@ -27,16 +28,16 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.conf import settings
 
-from . import sessions
+from . import json_input, sessions
 from .audit import Actor
 from .exceptions import ServiceError, TerminalNotFound
+from .models import LARGEST_OUTPUT_BYTE_LIMIT
 from .redaction import redact
 
 logger = logging.getLogger(__name__)
@@ -61,12 +62,9 @@ OUTCOMES = {
     SERVER_ERROR: "SERVER_ERROR",
 }
 MAX_BATCH = 100
-MAX_DEPTH = 64  # levels of arrays and objects; ACP's own requests need five, _meta leaves room
-SMALLEST_INTEGER, LARGEST_INTEGER = -(2**63), 2**64 - 1  # int64 and uint64, the widest integers in the ACP schema
 SMALLEST_ID, LARGEST_ID = -(2**63), 2**63 - 1  # RequestId is an int64
 AUDIT_TEXT = 200  # characters of a method or id kept in the audit row
 MAX_SESSION_ID = 200
-MAX_OUTPUT_BYTE_LIMIT = 2**31 - 1  # what the terminal record's column holds on every database
 NO_ID = object()  # a request without "id" is a notification and gets no response
 
 
@@ -139,67 +137,12 @@ def _refuse(error: RpcError, on_call: Callable[[Call], None]) -> dict:
 # Reading the body
 
 
-class _Unkeepable(ValueError):
-    """A JSON value the service could neither echo nor record faithfully."""
-
-
 def parse_body(body: bytes):
     """The JSON value of a request body; raises RpcError (PARSE_ERROR) saying what is wrong with it."""
     try:
-        payload = json.loads(body, parse_constant=_reject_constant, parse_float=_finite_float, parse_int=_bounded_int)
-        _check_keepable(payload)
-    except _Unkeepable as problem:
+        return json_input.loads(body)
+    except json_input.UnkeepableJson as problem:
         raise RpcError(PARSE_ERROR, {"message": str(problem)}) from None
-    except RecursionError:
-        raise RpcError(PARSE_ERROR, {"message": f"the body is nested more than {MAX_DEPTH} levels deep"}) from None
-    except ValueError:
-        raise RpcError(PARSE_ERROR, {"message": "the body is not valid JSON"}) from None
-    return payload
-
-
-def _reject_constant(name: str):
-    raise _Unkeepable(f"{name} is not JSON: send numbers as finite decimals")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise _Unkeepable(f"the number {text[:40]} is out of range: numbers must fit a 64-bit float")
-    return value
-
-
-def _bounded_int(text: str) -> int:
-    # Checked on the digits first: Python refuses to convert more than 4300 of them.
-    value = int(text) if len(text) <= 21 else None
-    if value is None or not SMALLEST_INTEGER <= value <= LARGEST_INTEGER:
-        raise _Unkeepable(f"the integer {text[:40]} is out of range: integers must be from {SMALLEST_INTEGER} "
-                          f"to {LARGEST_INTEGER}; send larger values as strings")
-    return value
-
-
-def _check_keepable(payload) -> None:
-    """Raises _Unkeepable for nesting deeper than MAX_DEPTH or a string (key or value) with a lone surrogate."""
-    pending = [(payload, 0)]
-    while pending:  # iterative, so no depth of nesting can exhaust the stack
-        value, depth = pending.pop()
-        if isinstance(value, str):
-            _check_text(value)
-        elif isinstance(value, (dict, list)):
-            if depth >= MAX_DEPTH:
-                raise _Unkeepable(f"the body is nested more than {MAX_DEPTH} levels deep")
-            items = value.items() if isinstance(value, dict) else enumerate(value)
-            for key, item in items:
-                if isinstance(key, str):
-                    _check_text(key)
-                pending.append((item, depth + 1))
-
-
-def _check_text(text: str) -> None:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise _Unkeepable("a string holds a lone surrogate (\\ud800-\\udfff without its pair): "
-                          "send text as valid UTF-16 pairs or plain UTF-8") from None
 
 
 def handle_one(request, actor: Actor, on_call: Callable[[Call], None], admit: Callable[[str], None]) -> dict | None:
@@ -370,8 +313,8 @@ def _output_byte_limit(params: dict) -> int | None:
     value = params.get("outputByteLimit")
     if value is None:
         return None
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_OUTPUT_BYTE_LIMIT:
-        raise _invalid("outputByteLimit", f"must be an integer from 1 to {MAX_OUTPUT_BYTE_LIMIT}")
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= LARGEST_OUTPUT_BYTE_LIMIT:
+        raise _invalid("outputByteLimit", f"must be an integer from 1 to {LARGEST_OUTPUT_BYTE_LIMIT}")
     return value
 
 

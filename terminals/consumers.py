@@ -18,7 +18,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.http.request import validate_host
 
-from . import protocol, sessions, worker_client
+from . import json_input, protocol, sessions, worker_client
 from .audit import Actor, audit
 from .exceptions import ServiceError, TerminalInactive, TerminalNotFound, WorkerUnavailable
 from .models import ApiKey
@@ -51,6 +51,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         self.sent_until = self.acked = 0  # byte offsets, for flow control
         self.paused_at: int | None = None
         self.exit_offset: int | None = None
+        self.closing = False  # once a close is sent, nothing the client sends is handled
         # Accept first: a refusal then carries a close code, and still no terminal byte is sent.
         await self.accept()
         refusal = await self._admit(query)
@@ -69,7 +70,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             await self._audit_refusal("FORBIDDEN")
             return CLOSE_FOREIGN_ORIGIN
         try:
-            from_byte = int(query["fromByte"][0]) if "fromByte" in query else None
+            from_byte = _from_byte(query)
             self.attachment = await self._attach(from_byte)
         except (ValueError, ServiceError) as error:
             code = error.default_code if isinstance(error, ServiceError) else "INVALID_INPUT"
@@ -137,14 +138,22 @@ class TerminalConsumer(AsyncWebsocketConsumer):
 
     # From the client
 
+    async def close(self, code=None, reason=None) -> None:
+        self.closing = True
+        await super().close(code=code, reason=reason)
+
     async def receive(self, text_data=None, bytes_data=None) -> None:
+        # Frames a client sent before it learnt of a refusal, or after any close, act on nothing: a refused
+        # connection has no actor or terminal of its own to act for.
+        if not self.attached or self.closing:
+            return
         raw = text_data if text_data is not None else (bytes_data or b"").decode("utf-8", "replace")
         if len(raw) > MAX_FRAME_BYTES:
             return await self._error("INVALID_INPUT", f"frame larger than {MAX_FRAME_BYTES} bytes")
         try:
-            frame = json.loads(raw)
-        except ValueError:
-            return await self._error("INVALID_INPUT", "frames are JSON objects")
+            frame = json_input.loads(raw)
+        except json_input.UnkeepableJson as problem:
+            return await self._error("INVALID_INPUT", f"frames are JSON objects: {problem}")
         kind = frame.get("type") if isinstance(frame, dict) else None
         handler = {"input": self._input, "resize": self._resize, "signal": self._signal, "ack": self._ack}.get(kind)
         if handler is None:
@@ -257,6 +266,16 @@ def _record_and_channel(user, terminal_id: str):
     # One trip to a database thread for both, not two: an attach is on the create-to-first-prompt path.
     record = sessions.session_get_for(user=user, terminal_id=terminal_id)
     return record, sessions.hosting_channel(record)
+
+
+def _from_byte(query: dict) -> int | None:
+    """The fromByte query parameter: absent, or a whole number from 0; raises ValueError otherwise."""
+    if "fromByte" not in query:
+        return None
+    value = int(query["fromByte"][0])
+    if not 0 <= value <= json_input.LARGEST_STORED_INTEGER:
+        raise ValueError("fromByte must be a byte offset from 0")
+    return value
 
 
 def _authorization_key(value: str) -> str | None:

@@ -16,6 +16,9 @@ from django.utils import timezone
 KEY_TYPE = "tk"
 
 
+# A PositiveIntegerField holds this much on every database (PostgreSQL's integer is 32 bits).
+LARGEST_OUTPUT_BYTE_LIMIT = 2**31 - 1
+
 class ApiKeyManager(models.Manager["ApiKey"]):
     def create_key(self, *, user, name: str = "", expires_at=None) -> tuple[ApiKey, str]:
         """Creates a key; returns the record and the plaintext key, which is never stored."""
@@ -149,7 +152,7 @@ class TerminalSession(models.Model):
     command = models.CharField(max_length=4096, blank=True)  # the program of a command terminal
     args = models.JSONField(default=list, blank=True)
     pty = models.BooleanField(default=True)
-    output_byte_limit = models.PositiveIntegerField(null=True, blank=True)
+    output_byte_limit = models.PositiveIntegerField(null=True, blank=True)  # at most LARGEST_OUTPUT_BYTE_LIMIT
     session_id = models.CharField(max_length=200, blank=True, db_index=True)  # the Agent Client Protocol session
     cwd = models.CharField(max_length=4096)
     cols = models.PositiveIntegerField(default=80)

@@ -8,7 +8,8 @@ from django.conf import settings
 from drf_spectacular.utils import extend_schema_serializer, inline_serializer
 from rest_framework import serializers
 
-from .models import AuditEvent, TerminalSession
+from . import json_input
+from .models import LARGEST_OUTPUT_BYTE_LIMIT, AuditEvent, TerminalSession
 from .runtime.buffer import MODES
 
 SIGNALS = ("SIGTERM", "SIGINT", "SIGKILL", "SIGHUP", "SIGQUIT", "SIGTSTP", "SIGCONT", "SIGUSR1", "SIGUSR2")
@@ -17,6 +18,16 @@ STREAMS = ("both", "stdout", "stderr")
 
 def _limit(name: str) -> int:
     return settings.TERMINALS[name]
+
+
+class WholeNumber(serializers.IntegerField):
+    """An integer field that is always bounded: a number no database column could hold is a 400, never a 500.
+    Without a max_value of its own it takes the largest integer a database column stores."""
+
+    def __init__(self, **kwargs) -> None:
+        kwargs.setdefault("max_value", json_input.LARGEST_STORED_INTEGER)
+        kwargs.setdefault("min_value", -json_input.LARGEST_STORED_INTEGER - 1)
+        super().__init__(**kwargs)
 
 
 class EnvField(serializers.Field):
@@ -46,11 +57,12 @@ class TerminalCreateSerializer(serializers.Serializer):
     args = serializers.ListField(child=serializers.CharField(allow_blank=True, trim_whitespace=False), required=False, max_length=1000)
     cwd = serializers.CharField(required=False, allow_blank=True, max_length=4096, trim_whitespace=False)
     env = EnvField(required=False)
-    cols = serializers.IntegerField(required=False, default=80, min_value=1, max_value=_limit("MAX_COLS"))
-    rows = serializers.IntegerField(required=False, default=24, min_value=1, max_value=_limit("MAX_ROWS"))
+    cols = WholeNumber(required=False, default=80, min_value=1, max_value=_limit("MAX_COLS"))
+    rows = WholeNumber(required=False, default=24, min_value=1, max_value=_limit("MAX_ROWS"))
     name = serializers.CharField(required=False, allow_blank=True, max_length=100)
     pty = serializers.BooleanField(required=False, default=True, help_text="false: pipes, stdout and stderr apart")
-    outputByteLimit = serializers.IntegerField(required=False, min_value=1, help_text="Keep only the newest bytes")
+    outputByteLimit = WholeNumber(required=False, min_value=1, max_value=LARGEST_OUTPUT_BYTE_LIMIT,
+                                  help_text="Keep only the newest bytes")
     sessionId = serializers.CharField(required=False, allow_blank=True, max_length=200)
 
     def validate_args(self, value: list[str]) -> list[str]:
@@ -100,9 +112,9 @@ class ReadOptionsSerializer(serializers.Serializer):
     """How much of a text to show: the modes of the REST contract, and escape-sequence stripping."""
 
     mode = serializers.ChoiceField(choices=MODES, required=False, default="full")
-    headLines = serializers.IntegerField(required=False, default=50, min_value=0, max_value=_limit("MAX_OUTPUT_LINES"))
-    tailLines = serializers.IntegerField(required=False, default=50, min_value=0, max_value=_limit("MAX_OUTPUT_LINES"))
-    maxLines = serializers.IntegerField(required=False, default=1000, min_value=1, max_value=_limit("MAX_OUTPUT_LINES"))
+    headLines = WholeNumber(required=False, default=50, min_value=0, max_value=_limit("MAX_OUTPUT_LINES"))
+    tailLines = WholeNumber(required=False, default=50, min_value=0, max_value=_limit("MAX_OUTPUT_LINES"))
+    maxLines = WholeNumber(required=False, default=1000, min_value=1, max_value=_limit("MAX_OUTPUT_LINES"))
     stripAnsi = serializers.BooleanField(required=False, default=False)
 
     def validate(self, attrs):
@@ -124,10 +136,10 @@ class ReadOptionsSerializer(serializers.Serializer):
 
 
 class OutputQuerySerializer(ReadOptionsSerializer):
-    since = serializers.IntegerField(required=False, min_value=0)
+    since = WholeNumber(required=False, min_value=0)
     sinceTime = serializers.DateTimeField(required=False, help_text="Lines that arrived at or after this time")
-    fromByte = serializers.IntegerField(required=False, min_value=0, help_text="Read by byte offset instead of line")
-    maxBytes = serializers.IntegerField(required=False, default=65536, min_value=1, max_value=_limit("MAX_READ_BYTES"))
+    fromByte = WholeNumber(required=False, min_value=0, help_text="Read by byte offset instead of line")
+    maxBytes = WholeNumber(required=False, default=65536, min_value=1, max_value=_limit("MAX_READ_BYTES"))
     stream = serializers.ChoiceField(choices=STREAMS, required=False, default="both")
     follow = serializers.BooleanField(required=False, default=False,
                                       help_text="Stream as Server-Sent Events until the process exits")
@@ -151,7 +163,7 @@ class OutputQuerySerializer(ReadOptionsSerializer):
 
 class CommandRunSerializer(ReadOptionsSerializer):
     command = serializers.CharField(trim_whitespace=False, max_length=1 << 20)
-    timeoutMs = serializers.IntegerField(required=False, default=10_000, min_value=1, max_value=_limit("MAX_WAIT_MS"))
+    timeoutMs = WholeNumber(required=False, default=10_000, min_value=1, max_value=_limit("MAX_WAIT_MS"))
     wait = serializers.BooleanField(required=False, default=True)
 
     def validate_command(self, value: str) -> str:
@@ -166,7 +178,7 @@ class CommandRunSerializer(ReadOptionsSerializer):
 
 
 class WaitQuerySerializer(ReadOptionsSerializer):
-    timeoutMs = serializers.IntegerField(required=False, default=10_000, min_value=0, max_value=_limit("MAX_WAIT_MS"))
+    timeoutMs = WholeNumber(required=False, default=10_000, min_value=0, max_value=_limit("MAX_WAIT_MS"))
 
     def validate_timeoutMs(self, value: int) -> int:
         return _at_most(value, _limit("MAX_WAIT_MS"))
@@ -180,8 +192,8 @@ class SignalSerializer(serializers.Serializer):
 
 
 class ResizeSerializer(serializers.Serializer):
-    cols = serializers.IntegerField(min_value=1, max_value=_limit("MAX_COLS"))
-    rows = serializers.IntegerField(min_value=1, max_value=_limit("MAX_ROWS"))
+    cols = WholeNumber(min_value=1, max_value=_limit("MAX_COLS"))
+    rows = WholeNumber(min_value=1, max_value=_limit("MAX_ROWS"))
 
     def validate_cols(self, value: int) -> int:
         return _at_most(value, _limit("MAX_COLS"))
@@ -201,7 +213,7 @@ def _signal_name(data):
 class TerminateSerializer(serializers.Serializer):
     signal = serializers.ChoiceField(choices=SIGNALS, required=False, default="SIGTERM")
     force = serializers.BooleanField(required=False, default=False, help_text="SIGKILL at once")
-    gracefulTimeoutMs = serializers.IntegerField(required=False, min_value=0, max_value=_limit("MAX_WAIT_MS"),
+    gracefulTimeoutMs = WholeNumber(required=False, min_value=0, max_value=_limit("MAX_WAIT_MS"),
                                                  help_text="Time before SIGKILL")
 
     def to_internal_value(self, data):
