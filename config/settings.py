@@ -227,6 +227,8 @@ TERMINALS = {
     # "per-user" = the account named TERMINALS_RUN_AS_PREFIX + the Django username.
     "RUN_AS": os.getenv("TERMINALS_RUN_AS", "").strip(),
     "RUN_AS_PREFIX": os.getenv("TERMINALS_RUN_AS_PREFIX", ""),
+    # Where a root worker keeps execute-only copies of the shells other accounts run (non-dumpable shells).
+    "SEALED_SHELL_DIR": os.getenv("TERMINALS_SEALED_SHELL_DIR", "/var/lib/terminals/shells"),
     # Per-terminal limits (0 = none). Processes, memory and CPU are enforced by cgroups where writable.
     "LIMIT_PROCESSES": env_int("TERMINALS_LIMIT_PROCESSES", 512, minimum=0),
     "LIMIT_OPEN_FILES": env_int("TERMINALS_LIMIT_OPEN_FILES", 4096, minimum=0),

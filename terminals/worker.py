@@ -19,6 +19,7 @@ from django.db import close_old_connections
 
 from . import protocol, records
 from .runtime import confinement as confine
+from .runtime import integrity, sealed
 from .runtime.errors import TerminalError
 from .runtime.manager import Limits, SessionManager
 from .runtime.processes import kill_marked, marked_processes, signal_number
@@ -124,6 +125,22 @@ def check_run_as() -> None:
                            f"uid {account.uid}; run the worker as root or leave TERMINALS_RUN_AS empty")
 
 
+def terminal_account_kind() -> str:
+    """Whom terminals run as, as integrity.describe sees it: root, the service's own account, or another."""
+    run_as = settings.TERMINALS["RUN_AS"]
+    if run_as == "per-user":
+        return integrity.OTHER
+    uid = os.geteuid()
+    if run_as:
+        try:
+            uid = confine.Account.lookup(run_as).uid
+        except KeyError:
+            pass
+    if uid == 0:
+        return integrity.ROOT
+    return integrity.SERVICE if uid == os.geteuid() else integrity.OTHER
+
+
 def account_for(name: str | None) -> confine.Account | None:
     if not name:
         return None
@@ -200,6 +217,7 @@ class TerminalWorker:
         self.channel = ""
         self.hostname = socket.gethostname()
         self.confinement = confinement_from_settings()
+        sealed.use_directory(settings.TERMINALS["SEALED_SHELL_DIR"])
         self.manager = SessionManager(limits=limits or limits_from_settings(), clock=clock, on_exit=self._on_exit,
                                       confinement=self.confinement)
         self.database = DatabaseQueue()
@@ -500,7 +518,8 @@ class TerminalWorker:
     async def handle_ping(self, message: dict) -> dict:
         return {"worker": self.id, "terminals": len(self.manager), "active": self.manager.active_count,
                 "isolation": {**self.confinement.describe(), "runAs": settings.TERMINALS["RUN_AS"] or None,
-                              "workerUid": os.geteuid()}}
+                              "workerUid": os.geteuid()},
+                "commandIntegrity": integrity.describe(terminal_account_kind(), sealed.SHELLS)}
 
     # Lifecycle events
 
