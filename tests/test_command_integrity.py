@@ -282,3 +282,21 @@ def test_health_says_root_terminals_can_forge(alice):
     integrity = alice.get("/api/health").json()["data"]["worker"]["commandIntegrity"]
     assert integrity["terminalAccount"] == "root" and integrity["holds"] is False
     assert "TERMINALS_RUN_AS" in integrity["problems"][0]
+
+
+@pytest.mark.parametrize("shell", [BASH, ZSH], ids=["bash", "zsh"])
+def test_keystrokes_a_program_injects_show_as_typed_commands(api, account, shell):
+    """TIOCSTI is the channel this service cannot close (SECURITY.md): where the kernel allows it, what a program
+    pushes into its shell's input runs as typed, and the hooks report it as a command typed in the shell."""
+    terminal = shell_terminal(api, shell, account)
+    inject = (f"{PYTHON} -c \"import fcntl, termios\n"
+              "try:\n [fcntl.ioctl(0, termios.TIOCSTI, bytes([c])) for c in b'echo injected-$((6*7))\\n']\n"
+              "except OSError as error: print('refused:', error.strerror)\"")
+    result = run(api, terminal, inject)
+    assert result["exitCode"] == 0, result
+    if Path("/proc/sys/dev/tty/legacy_tiocsti").read_text().strip() == "0":
+        assert "refused" in result["output"], result
+        return
+    wait_for(lambda: "injected-42" in api.full_output(terminal), 20, "the injected line to run")
+    listed = api.get(f"/api/terminals/{terminal}/commands").json()["data"]["commands"]
+    assert any(entry["source"] == "shell" and "injected" in entry["command"] for entry in listed), listed
