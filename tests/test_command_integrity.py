@@ -72,7 +72,9 @@ def environment(shell, *roots):
     except OSError as error:
         os.write(1, f"/proc/{shell}/fd: {error.strerror}\n".encode())
     # Every file the account can read where the service keeps things: its hooks, its data.
-    named = [os.environ.get("ENV", ""), os.environ.get("ZDOTDIR", "")] + read(f"/proc/{shell}/cmdline").decode().split("\0")
+    arguments = read(f"/proc/{shell}/cmdline").decode().split("\0")
+    rcfile = arguments[arguments.index("--rcfile") + 1] if "--rcfile" in arguments else ""
+    named = [os.environ.get("ENV", ""), os.environ.get("ZDOTDIR", ""), rcfile]
     roots = list(roots) + [os.path.dirname(path) for path in named if path.startswith("/")]
     roots += glob.glob("/tmp/terminals-shell-integration-*")
     for root in roots:
