@@ -256,6 +256,9 @@ class TerminalWorker:
         """Registers the worker and starts listening; returns once it takes requests."""
         _stop_ignoring_signals()
         check_run_as()
+        if terminal_account_kind() == integrity.OTHER:
+            # Made now, so a directory that cannot hold the copies shows in /api/health before any terminal starts.
+            await asyncio.to_thread(sealed.SHELLS.copy_of, "/bin/sh")
         self.database.start()
         self.channel = await self.layer.new_channel()
         await self.database.run(lambda: records.worker_register(self.id, self.channel, self.hostname, os.getpid()))

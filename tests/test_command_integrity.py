@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import requests
 from django.conf import settings as django_settings
 
 from terminals.runtime.markers import Marker, MarkerParser
@@ -302,3 +303,16 @@ def test_keystrokes_a_program_injects_show_as_typed_commands(api, account, shell
     wait_for(lambda: "injected-42" in api.full_output(terminal), 20, "the injected line to run")
     listed = api.get(f"/api/terminals/{terminal}/commands").json()["data"]["commands"]
     assert any(entry["source"] == "shell" and "injected" in entry["command"] for entry in listed), listed
+
+
+def test_health_names_a_sealed_shell_directory_other_accounts_cannot_enter(django_db_setup, account):
+    closed = Path(tempfile.mkdtemp(prefix="terminals-sealed-closed-"))  # 0700: other accounts cannot enter
+    server = start_embedded(TERMINALS_RUN_AS=account[0], TERMINALS_SEALED_SHELL_DIR=str(closed / "shells"))
+    try:
+        response = requests.get(f"{server.url}/api/health", timeout=30)
+        integrity = response.json()["data"]["worker"]["commandIntegrity"]
+        assert integrity["holds"] is False and "cannot enter" in integrity["sealedShells"]["problem"], integrity
+        assert any("TERMINALS_SEALED_SHELL_DIR" in problem for problem in integrity["problems"]), integrity
+    finally:
+        server.stop()
+        shutil.rmtree(closed, ignore_errors=True)
