@@ -11,6 +11,7 @@ must report exit code 5 with the printed text in the output.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -316,3 +317,15 @@ def test_health_names_a_sealed_shell_directory_other_accounts_cannot_enter(djang
     finally:
         server.stop()
         shutil.rmtree(closed, ignore_errors=True)
+
+
+@shells
+def test_tracing_the_shell_prints_no_secret(api, account, shell):
+    """Under set -x a shell prints the commands its hooks run; those carry the secret, so the hooks stop tracing."""
+    terminal = shell_terminal(api, shell, account)
+    assert run(api, terminal, "set -x")["exitCode"] == 0
+    result = run(api, terminal, "echo traced; (exit 5)")
+    assert result["exitCode"] == 5 and "traced" in result["output"], result
+    output = api.full_output(terminal)
+    assert "+ echo traced" in output or "> echo traced" in output, output  # tracing is on
+    assert not re.search(r"(?<![0-9a-f])[0-9a-f]{24,32}(?![0-9a-f])", output), output

@@ -11,12 +11,16 @@ fi
 unset TERMINALS_USER_ZDOTDIR
 [[ -f ${ZDOTDIR:-$HOME}/.zshrc ]] && source "${ZDOTDIR:-$HOME}/.zshrc"
 
+# Each hook turns tracing off for itself: under xtrace, the shell would print the secret
+# to the terminal along with the rest of the hook's commands.
 __terminals_preexec() {
+    setopt local_options no_xtrace
     printf '\033]6973;%s;C;%s\007' "$__terminals_secret" "${1//[$'\a\e']/}"
 }
 
 __terminals_precmd() {
     local exit_status=$?
+    setopt local_options no_xtrace
     printf '\033]6973;%s;P;%s\007' "$__terminals_secret" "$exit_status"
     return $exit_status
 }
@@ -24,10 +28,12 @@ __terminals_precmd() {
 # API commands are typed between these two: their markers name the command and carry the
 # secret, which the typed text does not. The end keeps printf's status, as set -e expects.
 __terminals_begin() {
+    setopt local_options no_xtrace
     builtin printf '\033]6973;%s;B;%s\007' "$__terminals_secret" "$1"
 }
 
 __terminals_end() {
+    setopt local_options no_xtrace
     builtin printf '\033]6973;%s;E;%s;%s\007' "$__terminals_secret" "$1" "$2"
 }
 
