@@ -329,3 +329,14 @@ def test_tracing_the_shell_prints_no_secret(api, account, shell):
     output = api.full_output(terminal)
     assert "+ echo traced" in output or "> echo traced" in output, output  # tracing is on
     assert not re.search(r"(?<![0-9a-f])[0-9a-f]{24,32}(?![0-9a-f])", output), output
+
+
+def test_a_sealed_shell_is_not_made_where_another_account_could_swap_it():
+    from terminals.runtime.sealed import SealedShells
+
+    place = Path(tempfile.mkdtemp(prefix="terminals-sealed-"))
+    place.chmod(0o777)  # anyone may rename what is in it
+    copies = SealedShells(place / "shells")
+    assert copies.copy_of("/bin/dash") is None
+    assert "not root's alone" in copies.problem and str(place) in copies.problem
+    shutil.rmtree(place)

@@ -20,6 +20,7 @@ import hashlib
 import logging
 import os
 import shutil
+import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,6 +87,10 @@ class SealedShells:
         closed = _first_closed_to_others(folder)
         if closed is not None:
             raise OSError(errno.EACCES, f"other accounts cannot enter {closed}", str(closed))
+        exposed = _first_changeable_by_others(folder)
+        if exposed is not None:
+            raise OSError(errno.EPERM, f"{exposed} is not root's alone: another account could swap the copies",
+                          str(exposed))
         staging = folder / f".{target.name}.{os.getpid()}.{threading.get_ident()}"
         shutil.copyfile(original, staging)
         os.chmod(staging, COPY_MODE)
@@ -108,6 +113,16 @@ def _first_closed_to_others(path: Path) -> Path | None:
     """The first directory on the way to path that other accounts may not enter, if any."""
     for directory in [*reversed(path.parents), path]:
         if not os.stat(directory).st_mode & 0o001:
+            return directory
+    return None
+
+
+def _first_changeable_by_others(path: Path) -> Path | None:
+    """The first directory on the way to path whose entries another account could rename or replace, if any
+    (a sticky directory such as /tmp protects root's entries)."""
+    for directory in [*reversed(path.parents), path]:
+        info = os.stat(directory)
+        if info.st_uid != 0 or (info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX):
             return directory
     return None
 
