@@ -231,6 +231,8 @@ TERMINALS = {
     # Where each user's home (per-user) or workspace (service) is made; empty: /home as root, else
     # ~/terminal-homes of the service's account.
     "HOMES": os.getenv("TERMINALS_HOMES", ""),
+    # Where a root worker keeps execute-only copies of the shells other accounts run (non-dumpable shells).
+    "SEALED_SHELL_DIR": os.getenv("TERMINALS_SEALED_SHELL_DIR", "/var/lib/terminals/shells"),
     # Per-terminal limits (0 = none). Processes, memory and CPU are enforced by cgroups where writable.
     "LIMIT_PROCESSES": env_int("TERMINALS_LIMIT_PROCESSES", 512, minimum=0),
     "LIMIT_OPEN_FILES": env_int("TERMINALS_LIMIT_OPEN_FILES", 4096, minimum=0),

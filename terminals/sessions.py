@@ -369,7 +369,8 @@ def health() -> dict:
     database_ok = _database_answers()
     try:
         ping = worker_client.request_sync(protocol.CREATE_CHANNEL, protocol.PING, reply_within=2.0)
-        worker = {"ok": True, "id": ping["worker"], "isolation": ping.get("isolation")}
+        worker = {"ok": True, "id": ping["worker"], "isolation": ping.get("isolation"),
+                  "commandIntegrity": ping.get("commandIntegrity")}
     except ServiceError as error:
         worker = {"ok": False, "error": error.default_code}
     active = TerminalSession.objects.active().count() if database_ok else None

@@ -20,6 +20,7 @@ from django.db import close_old_connections
 from . import protocol, records
 from .environment import PER_USER, SERVICE, homes_base, run_as_policy
 from .runtime import confinement as confine
+from .runtime import integrity, sealed
 from .runtime.accounts import provision, unix_name
 from .runtime.ansi import newest_plain_text
 from .runtime.errors import SessionNotFound, TerminalError
@@ -144,6 +145,22 @@ def check_run_as() -> None:
                            f"uid {account.uid}; run the worker as root or set TERMINALS_RUN_AS=service")
 
 
+def terminal_account_kind() -> str:
+    """Whom terminals run as, as integrity.describe sees it: root, the service's own account, or another."""
+    policy = run_as_policy()
+    if policy == PER_USER:
+        return integrity.OTHER
+    uid = os.geteuid()
+    if policy != SERVICE:
+        try:
+            uid = confine.Account.lookup(policy).uid
+        except KeyError:
+            pass
+    if uid == 0:
+        return integrity.ROOT
+    return integrity.SERVICE if uid == os.geteuid() else integrity.OTHER
+
+
 def account_for(message: dict) -> confine.Account | None:
     """The account a new terminal runs as; per user, one this worker made for the terminal's owner, never another."""
     name = message.get("run_as")
@@ -238,6 +255,7 @@ class TerminalWorker:
         self.channel = ""
         self.hostname = socket.gethostname()
         self.confinement = confinement_from_settings()
+        sealed.use_directory(settings.TERMINALS["SEALED_SHELL_DIR"])
         self.manager = SessionManager(limits=limits or limits_from_settings(), clock=clock, on_exit=self._on_exit,
                                       confinement=self.confinement)
         self.database = DatabaseQueue()
@@ -278,6 +296,9 @@ class TerminalWorker:
         """Registers the worker and starts listening; returns once it takes requests."""
         _stop_ignoring_signals()
         check_run_as()
+        if terminal_account_kind() == integrity.OTHER:
+            # Made now, so a directory that cannot hold the copies shows in /api/health before any terminal starts.
+            await asyncio.to_thread(sealed.SHELLS.copy_of, "/bin/sh")
         self.database.start()
         self.channel = await self.layer.new_channel()
         await self.database.run(lambda: records.worker_register(self.id, self.channel, self.hostname, os.getpid()))
@@ -566,7 +587,8 @@ class TerminalWorker:
 
     async def handle_ping(self, message: dict) -> dict:
         return {"worker": self.id, "terminals": len(self.manager), "active": self.manager.active_count,
-                "isolation": {**self.confinement.describe(), "runAs": run_as_policy(), "workerUid": os.geteuid()}}
+                "isolation": {**self.confinement.describe(), "runAs": run_as_policy(), "workerUid": os.geteuid()},
+                "commandIntegrity": integrity.describe(terminal_account_kind(), sealed.SHELLS)}
 
     async def handle_account(self, message: dict) -> dict:
         """Makes the user's own account before their first terminal (the web process may not be root)."""

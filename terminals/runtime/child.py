@@ -29,6 +29,7 @@ class SpawnSpec:
     cols: int = 80
     rows: int = 24
     launch: tuple[str, ...] = ()  # what runs first and execs the rest: see confinement.Confinement.launch_argv
+    account_uid: int | None = None  # the account launch drops to; None: the worker's own
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,18 @@
 """Commands in a shell terminal: where each one's output starts and ends, and how it exited.
 
-A command sent through the API is typed wrapped in two markers carrying a
-fresh nonce, so its output is exactly the bytes between them and its exit
-status is the shell's own `$?`. In bash and zsh, startup hooks also report
-commands typed by people (C markers) and every prompt (P markers), both
-authenticated by the terminal's secret.
+A command sent through the API is typed between two calls of shell functions
+that the startup hooks define: they print its begin (B) and end (E) markers,
+signed with the terminal's secret and naming the command's id, so its output
+is exactly the bytes between them and its exit status is the shell's own `$?`.
+The secret is never typed: a program that reads what the service types (it can,
+with the terminal open on an inherited descriptor) learns only the id, and a
+marker counts only with the secret and the current command's id. In bash and
+zsh, the hooks also report commands typed by people (C markers) and every
+prompt (P markers), signed the same way.
+
+A shell without hooks (not bash, zsh, sh or dash) gets its API commands typed
+between printf's of markers carrying a fresh nonce instead: a program that
+steals typed text can forge those.
 """
 
 from __future__ import annotations
@@ -70,15 +78,21 @@ def _signal_of(exit_code: int | None) -> str | None:
     return None
 
 
-def wrap(command: str, nonce: str) -> str:
+def wrap(command: str, command_id: str) -> str:
     """The text typed for an API command: its own markers around it, in one compound command.
 
     The braces keep `cd`, `export` and `exit` acting on the shell itself; the
-    newline before the closing brace ends a here-document or a comment.
+    newline before the closing brace ends a here-document or a comment. The
+    functions sign the markers with the secret only the shell knows.
     """
+    # The empty line ends a command whose last line ends in a backslash (a continuation).
+    return f"{{ __terminals_begin {command_id}; {command}\n\n}}; __terminals_end {command_id} \"$?\"\n"
+
+
+def wrap_unsigned(command: str, nonce: str) -> str:
+    """The same for a shell without hooks: markers carrying a nonce, which is typed and so not private."""
     begin = f"printf '\\033]6973;{nonce};B\\007'"
     end = f"printf '\\033]6973;{nonce};E;%s\\007' \"$?\""
-    # The empty line ends a command whose last line ends in a backslash (a continuation).
     return f"{{ {begin}; {command}\n\n}}; {end}\n"
 
 
@@ -87,6 +101,7 @@ class CommandTracker:
 
     def __init__(self, *, clock: Callable[[], float] = time.time, history_limit: int = HISTORY_LIMIT) -> None:
         self.secret = secrets.token_hex(16)
+        self.signed = True  # the shell's hooks sign API commands' markers; False: nonces (a shell without hooks)
         self._clock = clock
         self._numbers = itertools.count(1)
         self._history: deque[Command] = deque(maxlen=history_limit)
@@ -111,13 +126,13 @@ class CommandTracker:
             command=command,
             source=API,
             started_at=self._clock(),
-            nonce=secrets.token_hex(12),
+            nonce="" if self.signed else secrets.token_hex(12),
         )
         self._remember(record)
         self.current = record
         self._stale_prompts = 0 if self.at_prompt.is_set() else 1
         self.at_prompt.clear()
-        return record, wrap(command, record.nonce)
+        return record, wrap(command, record.id) if self.signed else wrap_unsigned(command, record.nonce)
 
     def _remember(self, record: Command) -> None:
         if len(self._history) == self._history.maxlen:
@@ -140,19 +155,27 @@ class CommandTracker:
     def on_marker(self, marker: Marker, offset: int) -> bool:
         """Applies a marker seen at byte offset; returns False when it is not ours (it stays in the output)."""
         current = self.current
-        if current is not None and marker.token == current.nonce:
-            if marker.kind == "B":
-                current.start_byte = offset
-            elif marker.kind == "E":
-                self._finish_current(_exit_code(marker.data), offset)
+        if current is not None and current.nonce and marker.token == current.nonce:
+            self._on_command_marker(current, marker.kind, marker.data, offset)
             return True
         if marker.token != self.secret:
             return False
-        if marker.kind == "C" and current is None:
+        # Signed by the shell: taken out of the output whatever it says, as it carries the secret.
+        if marker.kind in ("B", "E") and self.signed:
+            command_id, _, data = marker.data.partition(";")
+            if current is not None and command_id == current.id:
+                self._on_command_marker(current, marker.kind, data, offset)
+        elif marker.kind == "C" and current is None:
             self._begin_typed(self._typed_line(marker.data), offset)
         elif marker.kind == "P":
             self._on_prompt(_exit_code(marker.data), offset)
         return True
+
+    def _on_command_marker(self, current: Command, kind: str, data: str, offset: int) -> None:
+        if kind == "B":
+            current.start_byte = offset
+        elif kind == "E":
+            self._finish_current(_exit_code(data), offset)
 
     def _typed_line(self, data: str) -> str:
         """bash sends "<history number>;<line>": the same number twice means history kept no new line,

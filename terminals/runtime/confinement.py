@@ -4,9 +4,12 @@ Spawning goes through vfork, so no Python runs in the child between fork and
 exec. Everything the child must do first is done by small programs that exec
 each other, keeping one pid from the first to the last:
 
-    sh -c 'join the cgroups; ulimit ...; exec "$@"'  ->  setpriv (drop to the account)  ->  setsid --ctty  ->  shell
+    setsid --ctty  ->  sh -c 'join the cgroups; ulimit ...; exec "$@"'  ->  chroot (drop to the account)  ->  shell
 
-The cgroups are joined and the limits set while still privileged; setpriv then
+(setsid comes first, from pty.py, so that dropping to the account is the last step
+before the shell: see there.)
+
+The cgroups are joined and the limits set while still privileged; chroot then
 drops to the terminal's account, so the program cannot undo either.
 """
 
@@ -27,7 +30,11 @@ from . import signals
 logger = logging.getLogger(__name__)
 
 SH = "/bin/sh"
-SETPRIV = shutil.which("setpriv") or "/usr/bin/setpriv"
+# coreutils chroot with NEWROOT "/" changes no root: it drops to the account with plain
+# setgroups/setgid/setuid, which clear every capability before it execs. setpriv keeps
+# them until the exec; a program exec'd with CAP_DAC_OVERRIDE counts as readable to it,
+# and the kernel would not make a shell from an execute-only copy non-dumpable (sealed.py).
+CHROOT = shutil.which("chroot") or "/usr/sbin/chroot"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CONTROLLERS = ("pids", "memory", "cpu")
 CPU_PERIOD_US = 100_000
@@ -279,9 +286,8 @@ class Confinement:
         steps.append('exec "$@"')
         wrapped = [SH, "-c", "; ".join(steps), "terminal-launch", " ".join(procs)]
         if account is not None and account.uid != os.geteuid():
-            groups = ",".join(str(group) for group in account.groups)
-            wrapped += [SETPRIV, f"--reuid={account.uid}", f"--regid={account.gid}",
-                        f"--groups={groups}" if groups else "--clear-groups", "--"]
+            groups = ",".join(str(group) for group in account.groups or (account.gid,))
+            wrapped += [CHROOT, f"--userspec={account.uid}:{account.gid}", f"--groups={groups}", "--skip-chdir", "/"]
         return wrapped + argv
 
     def members(self, terminal: str) -> list[int]:

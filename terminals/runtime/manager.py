@@ -78,7 +78,8 @@ class SessionManager:
                 limit=self.limits.max_sessions,
             )
         if self.confinement is not None:
-            spec = replace(spec, launch=tuple(self.confinement.launch_argv(session_id, [], account)))
+            spec = replace(spec, launch=tuple(self.confinement.launch_argv(session_id, [], account)),
+                           account_uid=account.uid if account is not None else None)
         buffer = OutputBuffer(max_lines=self.limits.buffer_lines, max_bytes=buffer_bytes or self.limits.buffer_bytes)
         session = session_class(
             spec,

@@ -3,8 +3,9 @@
 A marker is `ESC ] 6973 ; <token> ; <kind> [; <data>] BEL`. Terminals ignore
 unknown OSC sequences, so markers are invisible on a screen; the service takes
 them out of the output it keeps. A marker counts only when its token is one
-the service handed out (a per-command nonce or the terminal's secret), so a
-program that prints marker-like text cannot forge a command's end.
+the service handed out (the terminal's secret, or a per-command nonce in a
+shell without hooks), so a program that prints marker-like text cannot forge a
+command's end; and an unfinished marker cannot swallow the real one after it.
 """
 
 from __future__ import annotations
@@ -75,6 +76,12 @@ class MarkerParser:
                 pieces.append(data[start : start + 1])  # too long to be a marker: plain output
                 position = start + 1
                 continue
+            # A bare introducer printed before a real marker would otherwise swallow it (and hide the
+            # command's end): the marker is what follows the last introducer before the terminator.
+            last = data.rfind(INTRODUCER, start + 1, end)
+            if last >= 0:
+                pieces.append(data[start:last])
+                start = last
             raw = data[start : end + 1]
             pieces.append(_parse(raw) or raw)
             position = end + 1

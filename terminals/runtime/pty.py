@@ -25,6 +25,8 @@ __all__ = ["EXIT_DRAIN_SECONDS", "MARKER_VARIABLE", "MEMBER_POLL_SECONDS", "Exit
 # through subprocess (vfork) instead of ptyprocess (fork) keeps spawning fast
 # however large the worker grows: 0.3 ms against 8 ms from a 150 MB process.
 SETSID = shutil.which("setsid") or "/usr/bin/setsid"
+SH = "/bin/sh"
+HANDOVER_FD = 9
 
 READS_PER_WAKEUP = 16  # a PTY read returns about 4 KiB; batching saves loop iterations
 # At most this much output is replayed to rebuild the screen (pyte takes about 0.1 s for it).
@@ -54,17 +56,21 @@ class PtySession(ChildProcess):
 
     # Starting
 
-    def start(self) -> None:
-        """Spawns the process and starts watching it; raises SpawnFailed."""
+    def start(self, *, handover: int | None = None) -> None:
+        """Spawns the process and starts watching it; raises SpawnFailed.
+
+        handover: the read end of a pipe the process finds as fd HANDOVER_FD, open
+        in no other process of its account (the way a shell gets its secret).
+        """
         self._loop = asyncio.get_running_loop()
         master, slave = os.openpty()
         try:
             _set_window_size(master, self.spec.cols, self.spec.rows)
             self._process = subprocess.Popen(
-                [*self.spec.launch, SETSID, "--ctty", *self.spec.argv],
+                _spawn_argv(self.spec, handover is not None),
                 stdin=slave,
                 stdout=slave,
-                stderr=slave,
+                stderr=slave if handover is None else handover,
                 cwd=self.spec.cwd,
                 env=self.spec.env,
                 close_fds=True,
@@ -246,6 +252,16 @@ class PtySession(ChildProcess):
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+def _spawn_argv(spec: SpawnSpec, handover: bool) -> list[str]:
+    """setsid first, while still the worker's account, so that the last step before the program is
+    the launch's drop to the terminal's account: from that moment the kernel treats the process
+    as non-dumpable, and a program of that account cannot attach to it before the program runs."""
+    # A pipe handed over arrives as stderr (Popen places only 0, 1 and 2); it moves to fd 9,
+    # a number every shell can redirect (dash reads no fd above 9), and stderr becomes the PTY.
+    move = [SH, "-c", f'exec {HANDOVER_FD}<&2 2>&1; exec "$@"', "terminal-handover"] if handover else []
+    return [SETSID, "--ctty", *move, *spec.launch, *spec.argv]
 
 
 def longest_line(data: bytes) -> int:

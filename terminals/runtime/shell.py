@@ -15,8 +15,8 @@ from pathlib import Path
 from .commands import RUNNING, Command, CommandTracker
 from .errors import SessionInactive, TerminalError
 from .markers import Marker, MarkerParser
-from . import processes
-from .pty import MAX_CANONICAL_LINE, PtySession, SpawnSpec, longest_line
+from . import processes, sealed
+from .pty import HANDOVER_FD, MAX_CANONICAL_LINE, PtySession, SpawnSpec, longest_line
 
 SHIPPED_INTEGRATION = Path(__file__).with_name("shell_integration")
 POLL_SECONDS = 0.1  # how often a waiting command is checked for a prompt that waits for input
@@ -61,27 +61,44 @@ class WaitResult:
     waiting_for_input: bool = False
 
 
-def integrated_spec(spec: SpawnSpec, secret: str) -> SpawnSpec:
-    """The same shell, started with hooks: prompts with their exit status (bash, zsh, sh), typed commands (bash, zsh)."""
+SECRET_FD_VARIABLE = "TERMINALS_SHELL_SECRET_FD"  # says the secret waits on fd HANDOVER_FD; never the secret itself
+INTEGRATED_SHELLS = ("bash", "zsh", "sh", "dash")
+
+
+def integrated_spec(spec: SpawnSpec) -> SpawnSpec:
+    """The same shell, started with hooks: prompts with their exit status (bash, zsh, sh), typed commands (bash,
+    zsh), and the functions that sign an API command's start and end. Unknown shells are left as they are."""
     name = Path(spec.argv[0]).name
+    if name not in INTEGRATED_SHELLS:
+        return spec
     env = dict(spec.env)
     integration = integration_dir()
-    argv = list(spec.argv)
+    argv = [_sealed_if_other_account(spec), *spec.argv[1:]]
     if name == "bash":
-        argv = [spec.argv[0], "--rcfile", str(integration / "bashrc"), *spec.argv[1:]]
+        argv = [argv[0], "--rcfile", str(integration / "bashrc"), *argv[1:]]
     elif name == "zsh":
         if "ZDOTDIR" in env:
             env["TERMINALS_USER_ZDOTDIR"] = env["ZDOTDIR"]
         env["ZDOTDIR"] = str(integration)
-    elif name in ("sh", "dash"):
+    else:
         # POSIX shells read $ENV when interactive; its prompt can carry $? but no hook sees typed commands.
         if "ENV" in env:
             env["TERMINALS_USER_ENV"] = env["ENV"]
         env["ENV"] = str(integration / "shrc")
-    else:
-        return spec
-    env["TERMINALS_SHELL_SECRET"] = secret
+    env[SECRET_FD_VARIABLE] = str(HANDOVER_FD)
     return replace(spec, argv=argv, env=env)
+
+
+def _sealed_if_other_account(spec: SpawnSpec) -> str:
+    """The shell to exec: for an account other than root and the worker's, an execute-only copy (sealed.py),
+    so that programs of that account cannot read the shell's memory; otherwise the shell as asked."""
+    program = spec.argv[0]
+    if spec.account_uid in (None, 0, os.geteuid()):
+        return program
+    found = shutil.which(program, path=spec.env.get("PATH"))
+    if found is None:
+        return program  # the spawn reports it missing
+    return sealed.SHELLS.copy_of(found) or program
 
 
 class ShellSession(PtySession):
@@ -89,9 +106,27 @@ class ShellSession(PtySession):
 
     def __init__(self, spec: SpawnSpec, *, clock: Callable[[], float] = time.time, **kwargs) -> None:
         self.commands = CommandTracker(clock=clock)
-        super().__init__(integrated_spec(spec, self.commands.secret), clock=clock, **kwargs)
+        integrated = integrated_spec(spec)
+        self.commands.signed = integrated is not spec
+        super().__init__(integrated, clock=clock, **kwargs)
         self._markers = MarkerParser()
         self.commands.locate_refusal = self._refusal_start
+
+    def start(self) -> None:
+        """Spawns the shell with its secret in a pipe: read once by its startup file, never in its
+        environment or command line, and gone from the pipe before any program of the user runs."""
+        if not self.commands.signed:
+            super().start()
+            return
+        read_end, write_end = os.pipe()
+        try:
+            os.write(write_end, f"{self.commands.secret}\n".encode())  # far below a pipe's capacity
+        finally:
+            os.close(write_end)
+        try:
+            super().start(handover=read_end)
+        finally:
+            os.close(read_end)
 
     def _ingest(self, data: bytes) -> None:
         for piece in self._markers.feed(data):
@@ -106,7 +141,7 @@ class ShellSession(PtySession):
         """Where the shell's complaint about a refused command begins: after the echo of its last typed line."""
         typed_at = record.typed_at if record.typed_at is not None else prompt_at
         text, _ = self.buffer.text_between(typed_at, prompt_at)
-        echo_end = text.rfind(record.nonce)
+        echo_end = text.rfind(record.nonce or record.id)
         if echo_end < 0:
             return prompt_at
         newline = text.find("\n", echo_end)
