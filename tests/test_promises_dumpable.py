@@ -95,11 +95,10 @@ def start_split_without_ptrace(webs: int = 2, workers: int = 2) -> Server:
     for worker in server.processes:
         worker.wait_for_log("ready on", START_TIMEOUT)
     for number in range(webs):
-        url = f"http://127.0.0.1:{free_port()}"
-        server.processes.append(ServiceProcess(f"web-undumpable{number}", without_ptrace(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", url.rsplit(":", 1)[1], "config.asgi:application"]),
-            environment))
-        server.urls.append(url)
+        port = free_port()
+        daphne = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"]
+        server.processes.append(ServiceProcess(f"web-undumpable{number}", without_ptrace(daphne), environment))
+        server.urls.append(f"http://127.0.0.1:{port}")
     server.url = server.urls[0]
     for url in server.urls:
         wait_healthy(Server(url=url, mode="split"))
