@@ -204,7 +204,7 @@ def test_an_inputs_audit_row_is_committed_before_the_program_reads_it(own_sqlite
     api, database, checker = own_sqlite_service
     terminal = api.create(command=sys.executable, args=["-u", checker, database, "input"])["terminalId"]
     api.wait_output(terminal, lambda out: "READY" in out, what="the checker to start")
-    markers = [f"order-{uuid.uuid4().hex[:12]}" for _ in range(12)]
+    markers = [f"order-{uuid.uuid4().hex[:12]}" for _ in range(20)]
     verdicts = {}
     for marker in markers:
         api.send(terminal, marker)
