@@ -91,3 +91,39 @@ def test_admin_action_ends_terminals_like_delete_and_audits_the_admin(browser, a
     assert again.status_code == 302
     refused = AuditEvent.objects.filter(terminal_id=doomed["terminalId"], action="delete").exclude(outcome="ok")
     assert [(event.user_id, event.outcome) for event in refused] == [(user.pk, "TERMINAL_INACTIVE")]
+
+
+AUDIT = "/admin/terminals/auditevent/"
+
+
+def audit_row(pk: int) -> dict:
+    """Every column of one audit row, as the database holds it."""
+    return AuditEvent.objects.filter(pk=pk).values().get()
+
+
+def test_admin_shows_audit_rows_read_only_and_refuses_to_change_or_delete_them(browser, alice):
+    """The change page has no form fields and no save button; a change, a delete or a bulk delete posted anyway is
+    refused (403, or an unknown action) and the row, its hash included, stays exactly as it was."""
+    http, _ = browser
+    terminal = alice.create(command="sleep", args=["100"])["terminalId"]
+    event = AuditEvent.objects.filter(terminal_id=terminal, action="create").get()
+    before = audit_row(event.pk)
+
+    page = get(http, f"{AUDIT}{event.pk}/change/")
+    assert page.status_code == 200
+    assert terminal in page.text  # the row is shown...
+    assert not re.search(r'<(input|textarea|select)[^>]+name="(outcome|action|username|details|terminal_id)"',
+                         page.text)  # ...with nothing to edit
+    assert 'name="_save"' not in page.text
+
+    changed = {"outcome": "ok", "action": "create", "username": "someone-else", "details": "{}", "_save": "Save"}
+    assert post(http, f"{AUDIT}{event.pk}/change/", changed).status_code == 403
+    assert get(http, f"{AUDIT}{event.pk}/delete/").status_code == 403
+    assert post(http, f"{AUDIT}{event.pk}/delete/", {"post": "yes"}).status_code == 403
+    assert get(http, f"{AUDIT}add/").status_code == 403
+    assert post(http, f"{AUDIT}add/", changed).status_code == 403
+    bulk = post(http, AUDIT, {"action": "delete_selected", "_selected_action": str(event.pk), "post": "yes"})
+    assert bulk.status_code in (200, 302)  # the admin answers an unknown action with a message
+    assert 'value="delete_selected"' not in get(http, AUDIT).text
+
+    assert audit_row(event.pk) == before

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 import time
+import uuid
+
+import pytest
 
 from terminals.models import AuditEvent
 
-from .servers import wait_for
+from .client import Api
+from .own_database import create_key, own_database, sqlite_path
+from .servers import start_embedded, wait_for
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -136,3 +142,88 @@ def test_input_is_audited_before_its_output_shows(orm, alice):
     assert [event["input"] for event in audited_inputs(terminal)] == [
         "echo audit-$((1+1))\n", "echo audit-$((2+2))\n", "echo audit-$((3+3))\n",
     ]
+
+
+# The audit order, seen from inside the terminal: the program that receives the bytes looks for their audit row the
+# moment it reads them. The terminals of the tests run as the service's account, so they may open its database.
+AUDIT_CHECKER = """
+import sqlite3, sys
+
+database, action = sys.argv[1], sys.argv[2]
+
+
+def on_record(marker):
+    connection = sqlite3.connect(f"file:{database}?mode=ro", uri=True)
+    try:
+        query = "SELECT count(*) FROM terminals_auditevent WHERE action = ? AND details LIKE ?"
+        return connection.execute(query, (action, f"%{marker}%")).fetchone()[0] > 0
+    finally:
+        connection.close()
+
+
+def report(marker):
+    print(("FOUND " if on_record(marker) else "MISSING ") + marker, flush=True)
+
+
+if len(sys.argv) > 3:
+    report(sys.argv[3])  # a command: the marker is an argument
+else:
+    print("READY", flush=True)
+    while True:  # input: each line read is a marker
+        line = sys.stdin.readline()
+        if not line:
+            break
+        if line.strip():
+            report(line.strip())
+"""
+
+
+@pytest.fixture(scope="module")
+def own_sqlite_service(tmp_path_factory):
+    """A server on an SQLite file of its own, whose path the program in the terminal is given."""
+    settings = own_database(sqlite=True)
+    server = start_embedded(**settings)
+    _, key = create_key(settings, "audit-order")
+    api = Api(server.url, key)
+    checker = tmp_path_factory.mktemp("audit-order") / "checker.py"
+    checker.write_text(AUDIT_CHECKER)
+    yield api, str(sqlite_path(settings)), str(checker)
+    api.cleanup()
+    server.stop()
+
+
+def verdict(api: Api, terminal: str, marker: str) -> str:
+    """FOUND or MISSING, as the program printed it for this marker."""
+    said = re.compile(rf"^(FOUND|MISSING) {marker}\r?$", re.MULTILINE)
+    output = api.wait_output(terminal, lambda out: said.search(out) is not None, what=f"the verdict on {marker}")
+    return said.search(output)[1]
+
+
+def test_an_inputs_audit_row_is_committed_before_the_program_reads_it(own_sqlite_service):
+    """A program reading the terminal looks for each line's audit row as soon as it reads the line: always there."""
+    api, database, checker = own_sqlite_service
+    terminal = api.create(command=sys.executable, args=["-u", checker, database, "input"])["terminalId"]
+    api.wait_output(terminal, lambda out: "READY" in out, what="the checker to start")
+    markers = [f"order-{uuid.uuid4().hex[:12]}" for _ in range(20)]
+    verdicts = {}
+    for marker in markers:
+        api.send(terminal, marker)
+        verdicts[marker] = verdict(api, terminal, marker)
+    assert set(verdicts.values()) == {"FOUND"}, verdicts
+
+
+def test_a_commands_audit_row_is_committed_before_the_command_runs(own_sqlite_service):
+    """A command that looks for its own audit row as it starts always finds it."""
+    api, database, checker = own_sqlite_service
+    terminal = api.create(shell="/bin/bash")["terminalId"]
+    verdicts = {}
+    for _ in range(4):
+        marker = f"order-{uuid.uuid4().hex[:12]}"
+        response = api.post(f"/api/terminals/{terminal}/commands",
+                            json={"command": f"{sys.executable} {checker} {database} command {marker}",
+                                  "timeoutMs": 15000})
+        assert response.status_code == 200, response.text
+        ran = response.json()["data"]
+        assert ran["exitCode"] == 0, ran
+        verdicts[marker] = ran["output"].strip()
+    assert set(verdicts.values()) == {f"FOUND {marker}" for marker in verdicts}, verdicts

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import subprocess
+import sys
 import uuid
 from contextlib import contextmanager
 
@@ -18,7 +19,10 @@ import requests
 
 from .client import Api
 from .own_database import audit_rows, create_key, own_database, sqlite_path
+from .runtime_support import gone
 from .servers import start_embedded, wait_for
+from .test_live import Live
+from .test_live import run as run_live
 
 BUSY_TIMEOUT_MS = 300
 
@@ -136,3 +140,98 @@ def test_create_and_delete_are_refused_before_acting_when_the_audit_cannot_be_wr
 
     assert api.delete(f"/api/terminals/{terminal}", json={"force": True}).status_code == 200
     assert api.create()["status"] == "active"
+
+
+# A program that says what reached it: each signal it gets, and for each line it reads the line and its window size.
+WITNESS = """
+import os, signal, sys
+for name in ("SIGINT", "SIGWINCH", "SIGUSR1"):
+    signal.signal(getattr(signal, name), lambda number, frame: print("GOT", signal.Signals(number).name, flush=True))
+print("READY", flush=True)
+while True:
+    line = sys.stdin.readline()
+    if not line:
+        break
+    size = os.get_terminal_size(sys.stdin.fileno())
+    print("PONG", line.strip(), f"{size.columns}x{size.lines}", flush=True)
+"""
+
+
+def start_witness(api: Api) -> str:
+    terminal = api.create(command=sys.executable, args=["-u", "-c", WITNESS], cols=80, rows=24)["terminalId"]
+    api.wait_output(terminal, lambda out: "READY" in out, what="the witness to start")
+    return terminal
+
+
+def answer_to(api: Api, terminal: str, ping: str) -> str:
+    """Everything the witness printed up to its answer to ping, sent now: what reached it before includes."""
+    api.send(terminal, ping)
+    return api.wait_output(terminal, lambda out: f"PONG {ping} " in out, what=f"the answer to {ping}")
+
+
+def test_kill_signal_and_resize_are_refused_without_effect_when_the_audit_cannot_be_written(service):
+    """503 AUDIT_UNAVAILABLE for each; the program got no signal, kept its size and runs on; no row records them; all
+    three work once the lock is gone."""
+    server, settings, username, api = service
+    terminal = start_witness(api)
+    pid = api.get(f"/api/terminals/{terminal}").json()["data"]["pid"]
+    base = f"/api/terminals/{terminal}"
+
+    with audit_locked(settings):
+        assert_audit_unavailable(api.post(f"{base}/signal", json={"signal": "SIGINT"}))
+        assert_audit_unavailable(api.post(f"{base}/resize", json={"cols": 100, "rows": 30}))
+        assert_audit_unavailable(api.post(f"{base}/kill", json={}))
+        assert_healthy(api)
+
+    # A signal or a resize that went through would have been handled before the witness read this line.
+    seen = answer_to(api, terminal, "after-lock")
+    assert "GOT" not in seen, seen
+    assert "PONG after-lock 80x24" in seen, seen
+    assert not gone(pid)
+    record = api.get(base).json()["data"]
+    assert (record["status"], record["cols"], record["rows"]) == ("active", 80, 24), record
+    actions = [row["action"] for row in audit_rows(settings, username) if row["terminal"] == terminal.replace("-", "")]
+    assert not {"signal", "resize", "kill"} & set(actions), actions
+
+    # Each works once the trail can be written again.
+    assert api.post(f"{base}/signal", json={"signal": "SIGINT"}).status_code == 200
+    api.wait_output(terminal, lambda out: "GOT SIGINT" in out, what="the signal")
+    assert api.post(f"{base}/resize", json={"cols": 100, "rows": 30}).status_code == 200
+    assert "PONG resized 100x30" in answer_to(api, terminal, "resized")
+    assert api.post(f"{base}/kill", json={}).status_code == 200
+    wait_for(lambda: gone(pid), 15, "the killed program to end")
+
+
+def test_websocket_input_resize_and_signal_frames_are_refused_without_effect_when_the_audit_cannot_be_written(
+        service):
+    """Each frame gets an AUDIT_UNAVAILABLE error frame and the connection stays open; nothing reached the program;
+    once the lock is gone the same frames work on the same connection."""
+    server, settings, username, api = service
+    terminal = start_witness(api)
+
+    async def scenario():
+        live = await Live.open(server.url, terminal, api.key)
+        with audit_locked(settings):
+            for frame in ({"type": "input", "data": "typed-while-locked\r"},
+                          {"type": "resize", "cols": 100, "rows": 30},
+                          {"type": "signal", "signal": "SIGINT"}):
+                await live.send(**frame)
+                error = await live.next_of("error")
+                assert error["code"] == "AUDIT_UNAVAILABLE", (frame, error)
+        await live.send(type="input", data="after-lock\r")
+        await live.until_text("PONG after-lock ")
+        before = live.text
+        await live.send(type="resize", cols=100, rows=30)
+        await live.send(type="signal", signal="SIGINT")
+        await live.until_text("GOT SIGINT")
+        await live.send(type="input", data="resized\r")
+        await live.until_text("PONG resized 100x30")
+        await live.close()
+        return before
+
+    seen = run_live(scenario())
+    assert "typed-while-locked" not in seen and "GOT" not in seen, seen
+    assert "PONG after-lock 80x24" in seen, seen
+    inputs = [row["details"].get("input") for row in audit_rows(settings, username) if row["action"] == "input"
+              and row["terminal"] == terminal.replace("-", "")]
+    assert "typed-while-locked\r" not in inputs
