@@ -8,11 +8,13 @@ from datetime import datetime, timezone as dt_timezone
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from .audit import SYSTEM, audit
 from .models import AuditEvent, TerminalSession, Worker
 from .runtime.errors import SessionLimitReached
+from .runtime.processes import process_alive
 from .runtime.pty import ExitStatus
 
 Status = TerminalSession.Status
@@ -20,21 +22,22 @@ EXITED, KILLED, TIMED_OUT, LOST = Status.EXITED, Status.KILLED, Status.TIMED_OUT
 
 
 def worker_register(worker_id: str, channel: str, hostname: str, pid: int) -> Worker:
-    now = timezone.now()
-    return Worker.objects.create(id=worker_id, channel=channel, hostname=hostname, pid=pid, started=now, last_seen=now)
+    # Heartbeats carry the database's time, never this host's: liveness is judged by that one clock.
+    return Worker.objects.create(id=worker_id, channel=channel, hostname=hostname, pid=pid, started=Now(),
+                                 last_seen=Now())
 
 
 def worker_alive(worker_id: str) -> None:
     """Refreshes the worker's heartbeat alone, from a thread of its own; closes that thread's connection."""
     try:
-        Worker.objects.filter(pk=worker_id).update(last_seen=timezone.now())
+        Worker.objects.filter(pk=worker_id).update(last_seen=Now())
     finally:
         connection.close()
 
 
 def worker_beat(worker_id: str, activity: dict[str, float]) -> None:
     """Refreshes the worker's heartbeat and the last activity of its terminals."""
-    Worker.objects.filter(pk=worker_id).update(last_seen=timezone.now())
+    Worker.objects.filter(pk=worker_id).update(last_seen=Now())
     if not activity:
         return
     rows = TerminalSession.objects.filter(pk__in=list(activity), worker_id=worker_id).only("id", "last_activity")
@@ -55,10 +58,14 @@ def worker_stop(worker_id: str, statuses: dict[str, ExitStatus | None]) -> None:
 
 
 def sessions_mark_lost(hostname: str, own_worker_id: str = "") -> dict[str, str]:
-    """Marks lost the active terminals whose worker is gone; returns the host of each one's worker, by terminal id.
+    """Gives a final state to every terminal whose worker is gone; returns the host of each one's worker, by id.
 
-    A worker is gone when its heartbeat is stale, or at once when it ran on
-    this host and its process no longer exists (a crash and a quick restart).
+    A worker is gone when it stopped, when its heartbeat is stale by the database's clock, or at once when it
+    ran on this host and its process no longer runs (a crash and a quick restart; a zombie has stopped running).
+    Its active terminals become lost; its ended ones whose output it still held (exited or killed, not
+    released) are released and keep their status and exit code: that output was in the dead worker's memory.
+    Either way every request for them then answers like any ended terminal (409 TERMINAL_INACTIVE), instead of
+    waiting forever for a worker that will not come back.
     The hosts tell the caller which terminals may have left processes on its own host.
     A worker never marks its own terminals lost, however late its own heartbeat
     (its database writes queue behind each other under load).
@@ -67,14 +74,23 @@ def sessions_mark_lost(hostname: str, own_worker_id: str = "") -> dict[str, str]
     if own_worker_id:
         live.append(own_worker_id)
     orphans = list(
-        TerminalSession.objects.active().exclude(worker_id__in=live)
-        .values_list("id", "worker__hostname")
+        TerminalSession.objects.filter(released__isnull=True).exclude(worker_id__in=live)
+        .values_list("id", "status", "worker__hostname")
     )
-    now = timezone.now()
-    for session_id, _ in orphans:
-        if TerminalSession.objects.filter(pk=session_id, status=Status.ACTIVE).update(status=LOST, ended=now):
+    for session_id, status, _ in orphans:
+        _end_orphan(session_id, status)
+    return {str(session_id): host or "" for session_id, _, host in orphans}
+
+
+def _end_orphan(session_id, status: str) -> None:
+    """Lost if it was active, released either way; audited once, by whichever worker got there first."""
+    unreleased = TerminalSession.objects.filter(pk=session_id, released__isnull=True)
+    if status == Status.ACTIVE:
+        if unreleased.filter(status=Status.ACTIVE).update(status=LOST, ended=Now(), released=Now()):
             audit(SYSTEM, "lost", terminal_id=session_id, reason="its worker stopped answering")
-    return {str(session_id): host or "" for session_id, host in orphans}
+    elif unreleased.update(released=Now()) and status != LOST:
+        audit(SYSTEM, "lost", terminal_id=session_id, status=status,
+              reason="its worker stopped answering; the output it held is gone")
 
 
 def sessions_lost_among(terminal_ids) -> list[str]:
@@ -96,13 +112,7 @@ def sessions_lost_among(terminal_ids) -> list[str]:
 def _process_gone(worker: Worker, hostname: str) -> bool:
     if worker.hostname != hostname or worker.pid == os.getpid():
         return False
-    try:
-        os.kill(worker.pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
+    return not process_alive(worker.pid)
 
 
 def check_user_limit(owner_id: int) -> None:

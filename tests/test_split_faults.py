@@ -199,3 +199,76 @@ def test_a_worker_on_the_same_host_ends_what_a_killed_workers_terminals_left_whe
     wait_for(lambda: _left_running(terminal) == {}, 5, "the lost terminal's processes to be killed")
     print(f"\nlost and reaped {time.monotonic() - killed:.1f} s after SIGKILL")
     api.cleanup()
+
+
+# Every terminal of a killed worker gets a final state, whatever it was doing
+
+
+def _create_on(api: Api, worker_id: str, **body) -> dict:
+    """Creates terminals until one lands on worker_id; deletes the others."""
+    def landed():
+        created = api.create(**body)
+        if api.get(f"/api/terminals/{created['terminalId']}").json()["data"]["worker"] == worker_id:
+            return created
+        api.delete(f"/api/terminals/{created['terminalId']}")
+        return None
+
+    return wait_for(landed, 30, f"a terminal on worker {worker_id}", interval=0)
+
+
+def test_a_killed_workers_ended_terminals_answer_409_like_any_ended_terminal(two_workers, keys):
+    """A killed worker's terminals that had already ended (exited, killed, output still held) are released when a
+    survivor marks its active ones lost: output, delete and kill then answer 409 TERMINAL_INACTIVE, never 503 again;
+    each keeps its own status and exit code, and the active one is lost, with a `lost` audit event for each."""
+    from terminals.models import AuditEvent
+
+    server = two_workers
+    api = Api(server.url, keys["alice"])
+    active = api.create(shell="/bin/bash")["terminalId"]
+    host = api.get(f"/api/terminals/{active}").json()["data"]["worker"]
+    exited = _create_on(api, host, command="/bin/sh", args=["-c", "echo bye; exit 3"])["terminalId"]
+    api.wait_status(exited, "exited")
+    killed = _create_on(api, host, command="/bin/sleep", args=["600"])["terminalId"]
+    assert api.post(f"/api/terminals/{killed}/kill").status_code == 200
+    assert "bye" in api.full_output(exited)  # its output is held, so its requests go to the worker
+
+    _process_of(server, host).stop(signal.SIGKILL)
+    api.wait_status(active, "lost", timeout=HEARTBEAT_MS / 1000 + 10)
+    for terminal, status, exit_code in [(exited, "exited", 3), (killed, "killed", None), (active, "lost", None)]:
+        for method, path in [("GET", "/output"), ("GET", "/output?fromByte=0"), ("POST", "/kill"), ("DELETE", "")]:
+            response = api.request(method, f"/api/terminals/{terminal}{path}")
+            assert (response.status_code, response.json()["error"]["code"]) == (409, "TERMINAL_INACTIVE"), \
+                (status, method, path, response.text)
+        record = api.get(f"/api/terminals/{terminal}").json()["data"]
+        assert (record["status"], record["exitCode"]) == (status, exit_code), record
+        assert record["released"] is not None and record["ended"] is not None, record
+        assert AuditEvent.objects.filter(terminal_id=terminal, action="lost").count() == 1
+    api.cleanup()
+
+
+def test_a_zombie_worker_counts_as_gone_at_the_next_beat(two_workers, keys):
+    """A worker killed but not yet reaped by its parent (a zombie: its pid still answers kill(pid, 0)) is gone: the
+    surviving worker on the same host marks its terminal lost at its next beat, without waiting for three silent
+    heartbeats. Both times are the database's, so the check is the process check, not the stale heartbeat."""
+    import os
+
+    from terminals.models import TerminalSession, Worker
+
+    server = two_workers
+    api = Api(server.url, keys["alice"])
+    terminal = api.create(shell="/bin/bash")["terminalId"]
+    host = api.get(f"/api/terminals/{terminal}").json()["data"]["worker"]
+    process = _process_of(server, host)
+    os.kill(process.pid, signal.SIGKILL)  # and nobody waits for it: it stays a zombie
+    wait_for(lambda: _state(process.pid) == "Z", 10, "the killed worker to be a zombie")
+
+    api.wait_status(terminal, "lost", timeout=3 * HEARTBEAT_MS / 1000 + 10)
+    assert _state(process.pid) == "Z"
+    silent = TerminalSession.objects.get(pk=terminal).ended - Worker.objects.get(pk=host).last_seen
+    assert silent < timedelta(milliseconds=3 * HEARTBEAT_MS), f"lost only after {silent}: judged by the heartbeat"
+    api.cleanup()
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0]
