@@ -9,7 +9,8 @@ channel of its own. Every request carries:
               requests past it, so a creation nobody waits for never runs
 
 Creations go to CREATE_CHANNEL, a queue every live worker takes from, so a
-new terminal lands on whichever worker is free. Every other request goes to
+new terminal lands on whichever worker is free; a worker with no room left
+passes it on to a live worker that has room. Every other request goes to
 the channel of the worker that hosts the terminal (its TerminalSession.worker).
 
 The reply is {"type": REPLY, "ok": True, "data": {...}} or
@@ -25,7 +26,8 @@ CREATE_CHANNEL = "terminals.create"
 # Requests, with their fields besides type/reply_to/deadline. "read" is a dict of
 # read options: mode, head_lines, tail_lines, max_lines, strip_ansi.
 CREATE = "terminal.create"  # id, owner_id, api_key_id, name, shell, argv, cwd, env, cols, rows,
-#                             kind ("shell" | "command"), pty, command, args, output_byte_limit, session_id
+#                             kind ("shell" | "command"), pty, command, args, output_byte_limit, session_id,
+#                             declined (ids of the full workers that passed it on to another worker's channel)
 INPUT = "terminal.input"  # id, data (str, sent as UTF-8), close (end of input, pipes only)
 OUTPUT = "terminal.output"  # id, since, since_time (unix time), stream, read
 BYTES = "terminal.bytes"  # id, from_byte, max_bytes, strip_ansi, stream

@@ -50,6 +50,11 @@ def worker_beat(worker_id: str, activity: dict[str, float]) -> None:
     TerminalSession.objects.bulk_update(changed, ["last_activity"])
 
 
+def worker_channels_except(worker_ids: list[str]) -> list[str]:
+    """The channels of the live workers other than these."""
+    return list(Worker.objects.live().exclude(pk__in=worker_ids).values_list("channel", flat=True))
+
+
 def worker_stop(worker_id: str, statuses: dict[str, ExitStatus | None]) -> None:
     """Closes the records of every terminal the worker ended on its way out."""
     for session_id, status in statuses.items():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 import signal
 import socket
 import threading
@@ -209,6 +210,7 @@ class TerminalWorker:
         self.stopped = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
         self._shutting_down = False
+        self._creating = 0  # creations taken and not yet hosted: their places are spoken for
         self._handlers: dict[str, Callable[[dict], Awaitable[dict]]] = {
             protocol.CREATE: self.handle_create,
             protocol.INPUT: self.handle_input,
@@ -300,16 +302,47 @@ class TerminalWorker:
         if message.get("deadline", float("inf")) < time.time():
             logger.warning("dropped %s: its caller gave up", message.get("type"))
             return
+        if message.get("type") == protocol.CREATE:
+            if self._full() and await self._pass_creation_on(message):
+                return
+            self._creating += 1  # counted before the first await, so two creations never take the last place
         handler = self._handlers.get(message.get("type", ""))
-        if handler is None:
-            reply = protocol.reply_error("INTERNAL_ERROR", f"unknown request {message.get('type')!r}")
-        else:
-            reply = await self._run_handler(handler, message)
+        try:
+            if handler is None:
+                reply = protocol.reply_error("INTERNAL_ERROR", f"unknown request {message.get('type')!r}")
+            else:
+                reply = await self._run_handler(handler, message)
+        finally:
+            if message.get("type") == protocol.CREATE:
+                self._creating -= 1
         if message.get("reply_to"):
             try:
                 await self.layer.send(message["reply_to"], reply)
             except Exception:  # noqa: BLE001 - the caller times out and reports the worker unavailable
                 logger.exception("replying to %s failed", message.get("type"))
+
+    def _full(self) -> bool:
+        return self.manager.active_count + self._creating >= self.manager.limits.max_sessions
+
+    async def _pass_creation_on(self, message: dict) -> bool:
+        """Hands a creation this worker has no room for to a live worker that has not declined it yet, which
+        answers the caller; returns False when there is none (every worker is full: the caller gets 429).
+
+        The shared queue gives a creation to whichever worker asks first, full or not. Each worker passes it on
+        at most once (it joins the message's "declined"), so a creation makes at most one hop per worker.
+        """
+        if settings.TERMINALS["EMBEDDED_WORKER"]:
+            return False  # the in-memory channel layer reaches no other process
+        declined = [*message.get("declined", []), self.id]
+        channels = await self.database.run(lambda: records.worker_channels_except(declined))
+        if not channels:
+            return False
+        try:
+            await self.layer.send(random.choice(channels), {**message, "declined": declined})
+        except Exception as error:  # noqa: BLE001 - the channel layer failed: answer here, with 429
+            logger.warning("passing a creation on failed: %s: %s", type(error).__name__, error)
+            return False
+        return True
 
     async def _run_handler(self, handler, message: dict) -> dict:
         try:

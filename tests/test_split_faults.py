@@ -272,3 +272,31 @@ def test_a_zombie_worker_counts_as_gone_at_the_next_beat(two_workers, keys):
 def _state(pid: int) -> str:
     with open(f"/proc/{pid}/stat") as stat:
         return stat.read().rsplit(")", 1)[1].split()[0]
+
+
+# A creation goes to a worker that has room
+
+
+def test_a_full_worker_passes_creations_to_one_with_room_and_429_comes_only_when_all_are_full(orm, keys):
+    """Two workers of TERMINALS_MAX_TOTAL=3, one of them full: the next three creations all succeed, on the other
+    worker, whichever worker takes them from the shared queue; with both full, the next one answers 429."""
+    server = start_split(webs=1, workers=2, TERMINALS_MAX_TOTAL="3", **NO_CGROUPS)
+    try:
+        api = Api(server.url, keys["alice"])
+        first = api.create(command="/bin/sleep", args=["600"])["terminalId"]
+        full = api.get(f"/api/terminals/{first}").json()["data"]["worker"]
+        for _ in range(2):
+            _create_on(api, full, command="/bin/sleep", args=["600"])
+        hosts = []
+        for _ in range(3):
+            response = api.post("/api/terminals", json={"command": "/bin/sleep", "args": ["600"]})
+            assert response.status_code == 201, response.text
+            api.created.append(response.json()["data"]["terminalId"])
+            hosts.append(api.get(f"/api/terminals/{api.created[-1]}").json()["data"]["worker"])
+        assert full not in hosts and len(set(hosts)) == 1, hosts
+        refused = api.post("/api/terminals", json={"command": "/bin/sleep", "args": ["600"]})
+        assert refused.status_code == 429, refused.text
+        assert refused.json()["error"]["code"] == "LIMIT_REACHED"
+        api.cleanup()
+    finally:
+        server.stop()
