@@ -18,7 +18,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.http.request import validate_host
 
-from . import protocol, sessions, worker_client
+from . import protocol, sessions, worker_client, worker_watch
 from .audit import Actor, audit
 from .exceptions import ServiceError, TerminalInactive, TerminalNotFound, WorkerUnavailable
 from .models import ApiKey
@@ -58,6 +58,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             await self.close(code=refusal)
             return
         self.key_watch = asyncio.ensure_future(self._watch_credentials())
+        worker_watch.watch(self.terminal_id, self)
 
     async def _admit(self, query: dict) -> int | None:
         """Checks credentials, origin and the terminal; attaches. Returns a close code on refusal."""
@@ -121,6 +122,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
                 return
 
     async def disconnect(self, code: int) -> None:
+        worker_watch.unwatch(self.terminal_id, self)
         closer = getattr(self, "exit_close", None)
         if closer is not None:
             closer.cancel()
@@ -241,6 +243,19 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             else:
                 self.exit_close = asyncio.get_running_loop().call_later(
                     CLOSE_AFTER_EXIT_SECONDS, lambda: asyncio.ensure_future(self.close(code=1000)))
+
+    async def terminal_worker_lost(self, event: dict) -> None:
+        """The terminal's worker is gone (worker_watch.py): it will send nothing more, so close as a refusal would,
+        with 4409 once the terminal is marked lost, else 4503. A client that has its exit frame has nothing to lose."""
+        if not self.attached or self.exit_offset is not None:
+            return
+        if event["lost"]:
+            await self._error("TERMINAL_INACTIVE", "The terminal's worker went away and the terminal is lost; "
+                                                   "its output is gone. Create a new terminal.")
+        else:
+            await self._error("WORKER_UNAVAILABLE", f"The terminal's worker stopped answering; reconnect later with "
+                                                    f"?fromByte={self.sent_until} to continue where this stopped.")
+        await self.close(code=CLOSE_INACTIVE if event["lost"] else CLOSE_UNAVAILABLE)
 
     async def _send(self, frame: dict) -> None:
         await self.send(text_data=json.dumps(frame, ensure_ascii=False))

@@ -8,6 +8,7 @@ from datetime import datetime, timezone as dt_timezone
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import BooleanField, ExpressionWrapper
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -112,6 +113,24 @@ def sessions_lost_among(terminal_ids) -> list[str]:
         lost += [str(key) for key in
                  TerminalSession.objects.filter(pk__in=batch, status=LOST).values_list("id", flat=True)]
     return lost
+
+
+def terminals_cut_off(terminal_ids) -> dict[str, bool]:
+    """Which of these terminals (ids as strings) their worker left behind: lost (True), or hosted by a worker that
+    stopped or stopped beating, by the database's clock, and not marked lost yet (False)."""
+    keys = []
+    for terminal_id in terminal_ids:
+        try:
+            keys.append(uuid.UUID(terminal_id))
+        except ValueError:
+            continue
+    worker_live = ExpressionWrapper(Worker.live_condition("worker__"), output_field=BooleanField())
+    cut_off = {}
+    for start in range(0, len(keys), 500):  # stay under SQLite's parameter limit
+        rows = (TerminalSession.objects.filter(pk__in=keys[start : start + 500]).annotate(worker_live=worker_live)
+                .values_list("id", "status", "worker_live"))
+        cut_off.update({str(key): status == LOST for key, status, live in rows if status == LOST or not live})
+    return cut_off
 
 
 def _process_gone(worker: Worker, hostname: str) -> bool:

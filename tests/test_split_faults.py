@@ -300,3 +300,69 @@ def test_a_full_worker_passes_creations_to_one_with_room_and_429_comes_only_when
         api.cleanup()
     finally:
         server.stop()
+
+
+# Live clients of a killed worker are told
+
+
+WATCH_SECONDS = 2.0  # how often a web process checks the workers of its live connections (worker_watch.py)
+
+
+async def _attach_both(url: str, key: str, terminal: str):
+    from .test_live import Live
+
+    return await Live.open(url, terminal, key), await Live.open(url, terminal, key, mode="view")
+
+
+async def _closing(live, within: float) -> tuple[int, dict | None]:
+    """The close code, and the error frame that came just before it."""
+    code = await live.closed(within)
+    errors = [frame for frame in live.frames if frame["type"] == "error"]
+    return code, errors[-1] if errors else None
+
+
+def test_live_clients_of_a_killed_worker_are_closed_with_4409_once_its_terminal_is_lost(two_workers, keys):
+    """SIGKILL the worker of a terminal with an interactive and a read-only WebSocket attached: once the surviving
+    worker has marked the terminal lost (at its next beat), both are closed with 4409 within WATCH_SECONDS, after
+    an error frame that says the output is gone, without typing anything."""
+    import asyncio
+
+    server = two_workers
+    api = Api(server.url, keys["alice"])
+    terminal = api.create(shell="/bin/bash")["terminalId"]
+    host = api.get(f"/api/terminals/{terminal}").json()["data"]["worker"]
+
+    async def scenario():
+        interactive, viewer = await _attach_both(server.url, keys["alice"], terminal)
+        _process_of(server, host).stop(signal.SIGKILL)
+        within = HEARTBEAT_MS / 1000 + WATCH_SECONDS + 5
+        return await asyncio.gather(_closing(interactive, within), _closing(viewer, within))
+
+    for code, error in asyncio.run(scenario()):
+        assert code == 4409
+        assert error is not None and error["code"] == "TERMINAL_INACTIVE", error
+    assert api.get(f"/api/terminals/{terminal}").json()["data"]["status"] == "lost"
+    api.cleanup()
+
+
+def test_live_clients_are_closed_with_4503_when_their_worker_stops_beating(split, keys):
+    """The only worker killed, so nobody marks its terminal lost: once its heartbeat is stale (three intervals, by
+    the database's clock), both WebSockets are closed with 4503 within WATCH_SECONDS, after an error frame that
+    says from which byte to reconnect."""
+    import asyncio
+
+    api = Api(split.url, keys["alice"])
+    terminal = api.create(shell="/bin/bash")["terminalId"]
+
+    async def scenario():
+        interactive, viewer = await _attach_both(split.url, keys["alice"], terminal)
+        await interactive.until(lambda live: live.next > 0, "the first prompt")
+        await viewer.until(lambda live: live.next == interactive.next, "the viewer to catch up")
+        split.process("worker0").stop(signal.SIGKILL)
+        within = 3 * 0.3 + WATCH_SECONDS + 5
+        return [(await _closing(live, within), live.next) for live in (interactive, viewer)]
+
+    for (code, error), next_byte in asyncio.run(scenario()):
+        assert code == 4503
+        assert error is not None and error["code"] == "WORKER_UNAVAILABLE", error
+        assert f"?fromByte={next_byte}" in error["message"], error
