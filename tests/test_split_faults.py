@@ -366,3 +366,63 @@ def test_live_clients_are_closed_with_4503_when_their_worker_stops_beating(split
         assert code == 4503
         assert error is not None and error["code"] == "WORKER_UNAVAILABLE", error
         assert f"?fromByte={next_byte}" in error["message"], error
+
+
+# Liveness by one clock: the database's
+
+
+SKEW = "-60s"  # the skewed worker's clock runs a minute behind everyone else's
+
+
+@pytest.fixture
+def postgres():
+    """A throwaway PostgreSQL cluster (scripts/postgres.sh): its clock is the one every host shares."""
+    import subprocess
+
+    from .servers import ROOT
+
+    started = subprocess.run(["bash", "scripts/postgres.sh", "start"], cwd=ROOT, capture_output=True, text=True,
+                             check=True, timeout=120)
+    directory, url = started.stdout.split()
+    yield url
+    subprocess.run(["bash", "scripts/postgres.sh", "stop", directory], cwd=ROOT, check=False, timeout=120)
+
+
+def test_a_worker_whose_clock_runs_behind_stays_alive_and_keeps_its_terminals(postgres, tmp_path):
+    """Split deployment on PostgreSQL with a second worker whose clock runs a minute behind (libfaketime):
+    heartbeats carry the database's time, so for many heartbeat intervals its terminal stays active and readable,
+    nothing is marked lost, and its last beat is recent by the database's clock."""
+    import psycopg
+
+    from .own_database import create_key
+
+    database = {"DATABASE_URL": postgres, "TERMINALS_DATA_DIR": str(tmp_path)}
+    server = start_split(webs=1, workers=1, TERMINALS_HEARTBEAT_INTERVAL_MS="300", **database, **NO_CGROUPS)
+    try:
+        _, key = create_key(database, "alice")
+        environment = service_env(REDIS_URL=server.redis_url, TERMINALS_HEARTBEAT_INTERVAL_MS="300",
+                                  FAKETIME_DONT_FAKE_MONOTONIC="1", **database, **NO_CGROUPS)
+        skewed = ServiceProcess("skewed-worker", ["faketime", "-f", SKEW, sys.executable, "manage.py",
+                                                  "terminal_worker"], environment)
+        server.processes.insert(0, skewed)
+        skewed_id = skewed.wait_for_log("ready on").split("terminal worker ", 1)[1].split()[0]
+        api = Api(server.url, key)
+        terminal = _create_on(api, skewed_id, shell="/bin/bash")["terminalId"]
+
+        with psycopg.connect(postgres, autocommit=True) as connection:
+            def database_seconds() -> float:
+                return connection.execute("SELECT extract(epoch FROM clock_timestamp())").fetchone()[0]
+
+            start = float(database_seconds())
+            # Ten heartbeat intervals by the database's clock: three silent ones would make a worker gone.
+            wait_for(lambda: float(database_seconds()) - start >= 10 * 0.3, 30, "ten heartbeat intervals")
+            behind = connection.execute("SELECT extract(epoch FROM clock_timestamp() - last_seen) FROM "
+                                        "terminals_worker WHERE id = %s", [skewed_id]).fetchone()[0]
+            lost = connection.execute("SELECT count(*) FROM terminals_auditevent WHERE action = 'lost'").fetchone()[0]
+        assert float(behind) < 3 * 0.3, f"the skewed worker's last beat is {behind} s old by the database's clock"
+        assert lost == 0
+        assert api.get(f"/api/terminals/{terminal}").json()["data"]["status"] == "active"
+        assert api.run(terminal, "echo still-$((6*7))") == "still-42"
+        api.cleanup()
+    finally:
+        server.stop()
