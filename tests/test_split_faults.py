@@ -426,3 +426,22 @@ def test_a_worker_whose_clock_runs_behind_stays_alive_and_keeps_its_terminals(po
         api.cleanup()
     finally:
         server.stop()
+
+
+def test_an_sse_follow_ends_with_an_error_event_when_its_worker_stops_beating(split, keys):
+    """The only worker killed under an SSE follow: once its heartbeat is stale the stream ends with an `error`
+    event (WORKER_UNAVAILABLE, reconnect with Last-Event-ID) within WATCH_SECONDS, not a keepalive every 15 s."""
+    import json
+
+    api = Api(split.url, keys["alice"])
+    terminal = api.create(shell="/bin/bash")["terminalId"]
+    within = 3 * 0.3 + WATCH_SECONDS + 5
+    with api.get(f"/api/terminals/{terminal}/output", params={"follow": "true"}, stream=True,
+                 timeout=(5, within)) as stream:
+        lines = stream.iter_lines(chunk_size=1, decode_unicode=True)
+        assert next(line for line in lines if line.startswith("event: ")) == "event: attached"
+        split.process("worker0").stop(signal.SIGKILL)
+        events = [line for line in lines if line.startswith(("event: ", "data: "))]
+    assert events[-2] == "event: error", events
+    error = json.loads(events[-1].removeprefix("data: "))
+    assert error["code"] == "WORKER_UNAVAILABLE" and "Last-Event-ID" in error["message"], error
