@@ -36,19 +36,25 @@ def worker_alive(worker_id: str) -> None:
         connection.close()
 
 
-def worker_beat(worker_id: str, activity: dict[str, float]) -> None:
-    """Refreshes the worker's heartbeat and the last activity of its terminals."""
+def worker_beat(worker_id: str, activity: dict[str, float]) -> list[str]:
+    """Refreshes the worker's heartbeat and the last activity of its terminals; returns those of its terminals that
+    another worker gave a final state (lost, or released) while this one was judged gone."""
     Worker.objects.filter(pk=worker_id).update(last_seen=Now())
     if not activity:
-        return
-    rows = TerminalSession.objects.filter(pk__in=list(activity), worker_id=worker_id).only("id", "last_activity")
-    changed = []
+        return []
+    rows = (TerminalSession.objects.filter(pk__in=list(activity), worker_id=worker_id)
+            .only("id", "last_activity", "status", "released"))
+    changed, disowned = [], []
     for row in rows:
+        if row.status == LOST or row.released is not None:
+            disowned.append(str(row.id))
+            continue
         seen = datetime.fromtimestamp(activity[str(row.id)], tz=dt_timezone.utc)
         if seen > row.last_activity:
             row.last_activity = seen
             changed.append(row)
     TerminalSession.objects.bulk_update(changed, ["last_activity"])
+    return disowned
 
 
 def worker_channels_except(worker_ids: list[str]) -> list[str]:

@@ -548,8 +548,24 @@ class TerminalWorker:
         # seconds, and a late heartbeat makes the web processes give up on this worker.
         await asyncio.to_thread(records.worker_alive, self.id)
         activity = {session_id: session.last_activity for session_id, session in self.manager.items()}
-        await self.database.run(lambda: records.worker_beat(self.id, activity))
+        disowned = await self.database.run(lambda: records.worker_beat(self.id, activity))
+        await self.end_disowned(disowned)
         await self.mark_lost()
+
+    async def end_disowned(self, terminal_ids: list[str]) -> None:
+        """Ends the terminals another worker gave a final state while this one was judged gone (its heartbeat
+        stopped for three intervals: a stall, a frozen host): on record they ended, and nobody can reach them, so
+        nothing of theirs may keep running here."""
+        for terminal_id in terminal_ids:
+            if terminal_id not in self.manager:
+                continue  # released here meanwhile
+            logger.error("terminal %s was marked lost while this worker still ran it (its heartbeats stopped); "
+                         "ending it", terminal_id)
+            try:
+                await self.manager.terminate(terminal_id, signal.SIGKILL, grace=0)
+            except TerminalError as error:
+                logger.warning("ending disowned terminal %s: %s", terminal_id, error.message)
+            self.fanout.notify(terminal_id)
 
     async def mark_lost(self) -> None:
         """Marks lost the terminals of workers that are gone (any live worker may do it), and ends what those

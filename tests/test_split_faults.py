@@ -445,3 +445,32 @@ def test_an_sse_follow_ends_with_an_error_event_when_its_worker_stops_beating(sp
     assert events[-2] == "event: error", events
     error = json.loads(events[-1].removeprefix("data: "))
     assert error["code"] == "WORKER_UNAVAILABLE" and "Last-Event-ID" in error["message"], error
+
+
+def test_a_worker_judged_gone_while_frozen_ends_its_lost_terminals_when_it_resumes(orm, keys):
+    """A worker frozen (SIGSTOP) for longer than three heartbeats is judged gone and its terminal marked lost by
+    the other worker; when it resumes it must not keep running what is on record as ended: at its next beat it kills
+    the terminal's processes, and the record stays lost (no exit is recorded over it)."""
+    from terminals.models import AuditEvent, Worker
+
+    server = start_split(webs=1, workers=2, TERMINALS_HEARTBEAT_INTERVAL_MS="300", **NO_CGROUPS)
+    try:
+        api = Api(server.url, keys["alice"])
+        terminal = api.create(shell="/bin/bash")
+        host = api.get(f"/api/terminals/{terminal['terminalId']}").json()["data"]["worker"]
+        frozen = _process_of(server, host)
+        # Relabelled as another host's, so the other worker cannot end the processes itself: only their own can.
+        Worker.objects.filter(pk=host).update(hostname="elsewhere.invalid")
+        frozen.process.send_signal(signal.SIGSTOP)
+        try:
+            api.wait_status(terminal["terminalId"], "lost", timeout=15)
+        finally:
+            frozen.process.send_signal(signal.SIGCONT)
+        wait_for(lambda: session_members(terminal["pid"]) == [], 10, "the lost terminal's shell to be ended")
+        assert api.get(f"/api/terminals/{terminal['terminalId']}").json()["data"]["status"] == "lost"
+        assert not AuditEvent.objects.filter(terminal_id=terminal["terminalId"], action="exit").exists()
+        assert "was marked lost while this worker still ran it" in frozen.log()
+        assert api.run(api.create(shell="/bin/bash")["terminalId"], "echo alive") == "alive"
+        api.cleanup()
+    finally:
+        server.stop()
