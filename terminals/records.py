@@ -57,9 +57,10 @@ def worker_beat(worker_id: str, activity: dict[str, float]) -> list[str]:
     return disowned
 
 
-def worker_channels_except(worker_ids: list[str]) -> list[str]:
-    """The channels of the live workers other than these."""
-    return list(Worker.objects.live().exclude(pk__in=worker_ids).values_list("channel", flat=True))
+def worker_channels_except(worker_ids: list[str], hostname: str) -> list[str]:
+    """The channels of the live workers other than these, leaving out those of this host whose process is gone."""
+    return [worker.channel for worker in Worker.objects.live().exclude(pk__in=worker_ids)
+            if not _process_gone(worker, hostname)]
 
 
 def worker_stop(worker_id: str, statuses: dict[str, ExitStatus | None]) -> None:

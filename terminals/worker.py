@@ -334,7 +334,7 @@ class TerminalWorker:
         if settings.TERMINALS["EMBEDDED_WORKER"]:
             return False  # the in-memory channel layer reaches no other process
         declined = [*message.get("declined", []), self.id]
-        channels = await self.database.run(lambda: records.worker_channels_except(declined))
+        channels = await self.database.run(lambda: records.worker_channels_except(declined, self.hostname))
         if not channels:
             return False
         try:
