@@ -5,7 +5,8 @@ channel of its own. Every request carries:
 
     type      one of the request types below
     reply_to  the channel the reply goes to
-    deadline  unix time after which the caller has given up; a worker drops
+    deadline  the time after which the caller has given up, in unix seconds by the
+              database's clock (clock.py), which every host shares; a worker drops
               requests past it, so a creation nobody waits for never runs
 
 Creations go to CREATE_CHANNEL, a queue every live worker takes from, so a

@@ -12,6 +12,7 @@ from django.db.models import BooleanField, ExpressionWrapper
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from . import clock
 from .audit import SYSTEM, audit
 from .models import AuditEvent, TerminalSession, Worker
 from .runtime.errors import SessionLimitReached
@@ -24,14 +25,17 @@ EXITED, KILLED, TIMED_OUT, LOST = Status.EXITED, Status.KILLED, Status.TIMED_OUT
 
 def worker_register(worker_id: str, channel: str, hostname: str, pid: int) -> Worker:
     # Heartbeats carry the database's time, never this host's: liveness is judged by that one clock.
+    clock.measure()
     return Worker.objects.create(id=worker_id, channel=channel, hostname=hostname, pid=pid, started=Now(),
                                  last_seen=Now())
 
 
 def worker_alive(worker_id: str) -> None:
-    """Refreshes the worker's heartbeat alone, from a thread of its own; closes that thread's connection."""
+    """Refreshes the worker's heartbeat alone, and its view of the database's clock, from a thread of its own;
+    closes that thread's connection."""
     try:
         Worker.objects.filter(pk=worker_id).update(last_seen=Now())
+        clock.measure()  # the database's clock, in which the worker judges request deadlines
     finally:
         connection.close()
 

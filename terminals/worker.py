@@ -19,6 +19,7 @@ from django.conf import settings
 from django.db import close_old_connections
 
 from . import protocol, records
+from .clock import now as database_now
 from .runtime import confinement as confine
 from .runtime.errors import TerminalError
 from .runtime.manager import Limits, SessionManager
@@ -299,7 +300,7 @@ class TerminalWorker:
 
     async def dispatch(self, message: dict) -> None:
         """Runs one request and sends its reply, unless its caller already gave up."""
-        if message.get("deadline", float("inf")) < time.time():
+        if message.get("deadline", float("inf")) < database_now():
             logger.warning("dropped %s: its caller gave up", message.get("type"))
             return
         if message.get("type") == protocol.CREATE:

@@ -374,6 +374,20 @@ def test_live_clients_are_closed_with_4503_when_their_worker_stops_beating(split
 SKEW = "-60s"  # the skewed worker's clock runs a minute behind everyone else's
 
 
+def _skewed_worker(server, **env: str) -> ServiceProcess:
+    """A worker whose clock runs SKEW off (libfaketime preloaded into the worker itself, so signals reach it)."""
+    import glob
+
+    library = glob.glob("/usr/lib/*/faketime/libfaketime.so.1")
+    assert library, "libfaketime is not installed (apt-get install faketime)"
+    environment = service_env(REDIS_URL=server.redis_url, LD_PRELOAD=library[0], FAKETIME=SKEW,
+                              FAKETIME_DONT_FAKE_MONOTONIC="1", **env)
+    worker = ServiceProcess("skewed-worker", [sys.executable, "manage.py", "terminal_worker"], environment)
+    server.processes.insert(0, worker)
+    worker.wait_for_log("ready on")
+    return worker
+
+
 @pytest.fixture
 def postgres():
     """A throwaway PostgreSQL cluster (scripts/postgres.sh): its clock is the one every host shares."""
@@ -400,12 +414,8 @@ def test_a_worker_whose_clock_runs_behind_stays_alive_and_keeps_its_terminals(po
     server = start_split(webs=1, workers=1, TERMINALS_HEARTBEAT_INTERVAL_MS="300", **database, **NO_CGROUPS)
     try:
         _, key = create_key(database, "alice")
-        environment = service_env(REDIS_URL=server.redis_url, TERMINALS_HEARTBEAT_INTERVAL_MS="300",
-                                  FAKETIME_DONT_FAKE_MONOTONIC="1", **database, **NO_CGROUPS)
-        skewed = ServiceProcess("skewed-worker", ["faketime", "-f", SKEW, sys.executable, "manage.py",
-                                                  "terminal_worker"], environment)
-        server.processes.insert(0, skewed)
-        skewed_id = skewed.wait_for_log("ready on").split("terminal worker ", 1)[1].split()[0]
+        skewed = _skewed_worker(server, TERMINALS_HEARTBEAT_INTERVAL_MS="300", **database, **NO_CGROUPS)
+        skewed_id = skewed.log().split("terminal worker ", 1)[1].split()[0]
         api = Api(server.url, key)
         terminal = _create_on(api, skewed_id, shell="/bin/bash")["terminalId"]
 
@@ -471,6 +481,36 @@ def test_a_worker_judged_gone_while_frozen_ends_its_lost_terminals_when_it_resum
         assert not AuditEvent.objects.filter(terminal_id=terminal["terminalId"], action="exit").exists()
         assert "was marked lost while this worker still ran it" in frozen.log()
         assert api.run(api.create(shell="/bin/bash")["terminalId"], "echo alive") == "alive"
+        api.cleanup()
+    finally:
+        server.stop()
+
+
+def test_a_creation_its_caller_gave_up_on_never_runs_on_a_worker_whose_clock_runs_behind(postgres, tmp_path):
+    """Request deadlines are set and judged in the database's time: a worker whose clock runs a minute behind,
+    frozen while a creation waits for it, drops that creation when it resumes (the caller got 503 and holds no id),
+    instead of starting a terminal nobody knows of."""
+    from .own_database import create_key
+
+    database = {"DATABASE_URL": postgres, "TERMINALS_DATA_DIR": str(tmp_path)}
+    timing = {"TERMINALS_WORKER_TIMEOUT_MS": str(TIMEOUT_MS), "TERMINALS_HEARTBEAT_INTERVAL_MS": "300"}
+    server = start_split(webs=1, workers=1, **timing, **database, **NO_CGROUPS)
+    try:
+        _, key = create_key(database, "alice")
+        skewed = _skewed_worker(server, **timing, **database, **NO_CGROUPS)
+        server.process("worker0").stop()  # the skewed worker is the only one left to take creations
+        api = Api(server.url, key)
+
+        skewed.process.send_signal(signal.SIGSTOP)
+        try:
+            refused = api.post("/api/terminals", json={"shell": "/bin/bash"})
+        finally:
+            skewed.process.send_signal(signal.SIGCONT)
+        assert (refused.status_code, refused.json()["error"]["code"]) == (503, "WORKER_UNAVAILABLE"), refused.text
+        skewed.wait_for_log("dropped terminal.create: its caller gave up", timeout=10)
+        fresh = api.create(shell="/bin/bash")["terminalId"]
+        listed = api.get("/api/terminals", params={"status": "all"}).json()["data"]["terminals"]
+        assert [row["terminalId"] for row in listed] == [fresh], listed
         api.cleanup()
     finally:
         server.stop()
