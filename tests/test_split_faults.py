@@ -277,12 +277,16 @@ def _state(pid: int) -> str:
 # A creation goes to a worker that has room
 
 
-def test_a_full_worker_passes_creations_to_one_with_room_and_429_comes_only_when_all_are_full(orm, keys):
+def test_a_full_worker_passes_creations_to_one_with_room_and_429_comes_only_when_all_are_full():
     """Two workers of TERMINALS_MAX_TOTAL=3, one of them full: the next three creations all succeed, on the other
-    worker, whichever worker takes them from the shared queue; with both full, the next one answers 429."""
-    server = start_split(webs=1, workers=2, TERMINALS_MAX_TOTAL="3", **NO_CGROUPS)
+    worker, whichever worker takes them from the shared queue; with both full, the next one answers 429.
+    (On a database of its own: the workers of other deployments sharing the test database are not reachable.)"""
+    from .own_database import create_key, own_database
+
+    database = own_database(sqlite=True)
+    server = start_split(webs=1, workers=2, TERMINALS_MAX_TOTAL="3", **database, **NO_CGROUPS)
     try:
-        api = Api(server.url, keys["alice"])
+        api = Api(server.url, create_key(database, "alice")[1])
         first = api.create(command="/bin/sleep", args=["600"])["terminalId"]
         full = api.get(f"/api/terminals/{first}").json()["data"]["worker"]
         for _ in range(2):
@@ -303,6 +307,20 @@ def test_a_full_worker_passes_creations_to_one_with_room_and_429_comes_only_when
 
 
 # Live clients of a killed worker are told
+
+
+@pytest.fixture
+def lone_worker():
+    """One worker beating every 300 ms, on a database of its own: no worker of another deployment sharing the
+    test database can mark its terminals lost, so what the web process sees is its heartbeat going stale.
+    Yields the deployment and a key."""
+    from .own_database import create_key, own_database
+
+    database = own_database(sqlite=True)
+    server = start_split(webs=1, workers=1, TERMINALS_WORKER_TIMEOUT_MS=str(TIMEOUT_MS),
+                         TERMINALS_HEARTBEAT_INTERVAL_MS="300", **database)
+    yield server, create_key(database, "alice")[1]
+    server.stop()
 
 
 WATCH_SECONDS = 2.0  # how often a web process checks the workers of its live connections (worker_watch.py)
@@ -345,17 +363,18 @@ def test_live_clients_of_a_killed_worker_are_closed_with_4409_once_its_terminal_
     api.cleanup()
 
 
-def test_live_clients_are_closed_with_4503_when_their_worker_stops_beating(split, keys):
+def test_live_clients_are_closed_with_4503_when_their_worker_stops_beating(lone_worker):
     """The only worker killed, so nobody marks its terminal lost: once its heartbeat is stale (three intervals, by
     the database's clock), both WebSockets are closed with 4503 within WATCH_SECONDS, after an error frame that
     says from which byte to reconnect."""
     import asyncio
 
-    api = Api(split.url, keys["alice"])
+    split, key = lone_worker
+    api = Api(split.url, key)
     terminal = api.create(shell="/bin/bash")["terminalId"]
 
     async def scenario():
-        interactive, viewer = await _attach_both(split.url, keys["alice"], terminal)
+        interactive, viewer = await _attach_both(split.url, key, terminal)
         await interactive.until(lambda live: live.next > 0, "the first prompt")
         await viewer.until(lambda live: live.next == interactive.next, "the viewer to catch up")
         split.process("worker0").stop(signal.SIGKILL)
@@ -438,12 +457,13 @@ def test_a_worker_whose_clock_runs_behind_stays_alive_and_keeps_its_terminals(po
         server.stop()
 
 
-def test_an_sse_follow_ends_with_an_error_event_when_its_worker_stops_beating(split, keys):
+def test_an_sse_follow_ends_with_an_error_event_when_its_worker_stops_beating(lone_worker):
     """The only worker killed under an SSE follow: once its heartbeat is stale the stream ends with an `error`
     event (WORKER_UNAVAILABLE, reconnect with Last-Event-ID) within WATCH_SECONDS, not a keepalive every 15 s."""
     import json
 
-    api = Api(split.url, keys["alice"])
+    split, key = lone_worker
+    api = Api(split.url, key)
     terminal = api.create(shell="/bin/bash")["terminalId"]
     within = 3 * 0.3 + WATCH_SECONDS + 5
     with api.get(f"/api/terminals/{terminal}/output", params={"follow": "true"}, stream=True,
