@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up and runs the whole test suite with coverage of terminals/ (at least 85%).
 # Installs what the tests run for real: redis-server (split mode), PostgreSQL, the shells bash, dash
-# and zsh, and tmux, less and git, which some tests drive.
+# and zsh, tmux, less and git, which some tests drive, and faketime (a worker whose clock is skewed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,6 +14,7 @@ command -v git >/dev/null || missing+=(git)
 command -v zsh >/dev/null || missing+=(zsh)
 command -v dash >/dev/null || missing+=(dash)
 command -v setsid >/dev/null || missing+=(util-linux)
+command -v faketime >/dev/null || missing+=(faketime)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"

@@ -18,7 +18,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.http.request import validate_host
 
-from . import json_input, protocol, sessions, worker_client
+from . import json_input, protocol, sessions, worker_client, worker_watch
 from .audit import Actor, audit
 from .exceptions import ServiceError, TerminalInactive, TerminalNotFound, WorkerUnavailable
 from .models import ApiKey
@@ -38,6 +38,7 @@ MAX_FRAME_BYTES = 256 * 1024  # a client frame larger than this is refused
 WINDOW_BYTES = 4 << 20  # output sent but not acknowledged before the server pauses a client
 CLOSE_AFTER_EXIT_SECONDS = 60.0  # how long a client may take to acknowledge the end before the server closes
 KEY_CHECK_SECONDS = 2.0  # how soon a revoked key's connections close
+LAYER_FAILED = "terminal.layer_failed"  # a receive from the channel layer failed
 
 
 class TerminalConsumer(AsyncWebsocketConsumer):
@@ -59,6 +60,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             await self.close(code=refusal)
             return
         self.key_watch = asyncio.ensure_future(self._watch_credentials())
+        worker_watch.watch(self.terminal_id, self)
 
     async def _admit(self, query: dict) -> int | None:
         """Checks credentials, origin and the terminal; attaches. Returns a close code on refusal."""
@@ -122,6 +124,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
                 return
 
     async def disconnect(self, code: int) -> None:
+        worker_watch.unwatch(self.terminal_id, self)
         closer = getattr(self, "exit_close", None)
         if closer is not None:
             closer.cancel()
@@ -250,6 +253,52 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             else:
                 self.exit_close = asyncio.get_running_loop().call_later(
                     CLOSE_AFTER_EXIT_SECONDS, lambda: asyncio.ensure_future(self.close(code=1000)))
+
+    # The channel layer failing (Redis away)
+
+    @property
+    def channel_receive(self):
+        return self._receive_from_layer
+
+    @channel_receive.setter
+    def channel_receive(self, receive) -> None:
+        # Channels sets this once per connection and would let its failure escape: the socket closed with 1011
+        # and a traceback in the log. A failure becomes a terminal.layer_failed event instead; after it nothing
+        # more is read, since the connection closes.
+        async def receive_or_report():
+            if self._layer_failed:
+                await asyncio.Event().wait()  # until the connection's end cancels it
+            try:
+                return await receive()
+            except Exception as error:  # noqa: BLE001 - whatever the layer raises, the client is told the same
+                self._layer_failed = True
+                return {"type": LAYER_FAILED, "error": f"{type(error).__name__}: {error}"}
+
+        self._layer_failed = False
+        self._receive_from_layer = receive_or_report
+
+    async def terminal_layer_failed(self, event: dict) -> None:
+        """Output can no longer reach this connection: close with 4503, saying where to reconnect from."""
+        if not self.attached:
+            return  # refused while connecting (the attach needs the layer too), and closed already
+        logger.warning("live connection closed: the channel layer failed (%s); terminal %s, client told to "
+                       "reconnect from byte %d", event["error"], self.terminal_id, self.sent_until)
+        await self._error("WORKER_UNAVAILABLE", f"The connection to the terminal's worker was lost; reconnect with "
+                                                f"?fromByte={self.sent_until} to continue where this stopped.")
+        await self.close(code=CLOSE_UNAVAILABLE)
+
+    async def terminal_worker_lost(self, event: dict) -> None:
+        """The terminal's worker is gone (worker_watch.py): it will send nothing more, so close as a refusal would,
+        with 4409 once the terminal is marked lost, else 4503. A client that has its exit frame has nothing to lose."""
+        if not self.attached or self.exit_offset is not None:
+            return
+        if event["lost"]:
+            await self._error("TERMINAL_INACTIVE", "The terminal's worker went away and the terminal is lost; "
+                                                   "its output is gone. Create a new terminal.")
+        else:
+            await self._error("WORKER_UNAVAILABLE", f"The terminal's worker stopped answering; reconnect later with "
+                                                    f"?fromByte={self.sent_until} to continue where this stopped.")
+        await self.close(code=CLOSE_INACTIVE if event["lost"] else CLOSE_UNAVAILABLE)
 
     async def _send(self, frame: dict) -> None:
         await self.send(text_data=json.dumps(frame, ensure_ascii=False))

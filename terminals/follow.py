@@ -8,7 +8,7 @@ import logging
 
 from channels.layers import get_channel_layer
 
-from . import protocol, worker_client
+from . import protocol, worker_client, worker_watch
 from .exceptions import ServiceError
 from .runtime.buffer import decode
 
@@ -23,7 +23,8 @@ def event(name: str, data: dict, event_id: int | None = None) -> str:
 
 
 async def follow(terminal_id: str, worker_channel: str, from_byte: int | None):
-    """Yields SSE events: output (id = the next byte, for Last-Event-ID), gap, and a final exit."""
+    """Yields SSE events: output (id = the next byte, for Last-Event-ID), gap, and a final exit, or a final error
+    when the channel layer fails or the terminal's worker is gone (worker_watch.py)."""
     layer = get_channel_layer()
     channel = await layer.new_channel()
     try:
@@ -34,6 +35,8 @@ async def follow(terminal_id: str, worker_channel: str, from_byte: int | None):
         return
     expected = attached["fromByte"]
     yield "retry: 1000\n\n" + event("attached", attached, expected)
+    watcher = _WorkerWatcher(layer, channel)
+    worker_watch.watch(terminal_id, watcher)
     try:
         while True:
             try:
@@ -56,9 +59,34 @@ async def follow(terminal_id: str, worker_channel: str, from_byte: int | None):
             elif kind == protocol.STREAM_EXIT and message["offset"] == expected:
                 yield event("exit", {"exitCode": message["exitCode"], "signal": message["signal"]}, expected)
                 return
+            elif kind == worker_watch.WORKER_LOST:
+                yield event("error", _worker_lost_error(message["lost"]))
+                return
     finally:
+        worker_watch.unwatch(terminal_id, watcher)
         # The client may be gone already: detach without waiting for the answer.
         asyncio.ensure_future(_detach(worker_channel, terminal_id, channel))
+
+
+class _WorkerWatcher:
+    """Hands worker_watch's news that the terminal's worker is gone to the follow's own channel, in order."""
+
+    def __init__(self, layer, channel: str) -> None:
+        self.layer, self.channel = layer, channel
+
+    async def terminal_worker_lost(self, news: dict) -> None:
+        try:
+            await self.layer.send(self.channel, news)
+        except Exception:  # noqa: BLE001 - the layer is away: the follow ends on its own failure then
+            logger.warning("telling a follow of %s its worker is gone failed", news["terminal"], exc_info=True)
+
+
+def _worker_lost_error(lost: bool) -> dict:
+    if lost:
+        return {"code": "TERMINAL_INACTIVE",
+                "message": "The terminal's worker went away and the terminal is lost; its output is gone"}
+    return {"code": "WORKER_UNAVAILABLE",
+            "message": "The terminal's worker stopped answering; reconnect later with Last-Event-ID"}
 
 
 async def _detach(worker_channel: str, terminal_id: str, channel: str) -> None:

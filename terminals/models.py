@@ -11,6 +11,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection, models, transaction
+from django.db.models.functions import Now
 from django.utils import timezone
 
 KEY_TYPE = "tk"
@@ -94,8 +95,8 @@ class ApiKey(models.Model):
 
 
 class WorkerQuerySet(models.QuerySet["Worker"]):
-    def live(self, now=None) -> WorkerQuerySet:
-        return self.filter(stopped__isnull=True, last_seen__gte=Worker.stale_before(now))
+    def live(self) -> WorkerQuerySet:
+        return self.filter(Worker.live_condition())
 
 
 class Worker(models.Model):
@@ -115,13 +116,23 @@ class Worker(models.Model):
         return f"{self.hostname}:{self.pid}"
 
     @staticmethod
-    def stale_before(now=None):
-        """Heartbeats older than this mean the worker is gone (three missed beats)."""
-        interval = settings.TERMINALS["HEARTBEAT_INTERVAL_MS"]
-        return (now or timezone.now()) - timedelta(milliseconds=3 * interval)
+    def stale_before():
+        """Heartbeats older than this mean the worker is gone (three missed beats).
 
-    def is_live(self, now=None) -> bool:
-        return self.stopped is None and self.last_seen >= self.stale_before(now)
+        Heartbeats are written and judged by the database's clock alone (Now()): a worker host whose clock runs
+        behind the reader's would otherwise look dead while it beats.
+        """
+        interval = settings.TERMINALS["HEARTBEAT_INTERVAL_MS"]
+        return models.ExpressionWrapper(Now() - timedelta(milliseconds=3 * interval),
+                                        output_field=models.DateTimeField())
+
+    @staticmethod
+    def live_condition(prefix: str = "") -> models.Q:
+        """Not stopped and beating; prefix ("worker__") applies it to a terminal's worker."""
+        return models.Q(**{f"{prefix}stopped__isnull": True, f"{prefix}last_seen__gte": Worker.stale_before()})
+
+    def is_live(self) -> bool:
+        return Worker.objects.live().filter(pk=self.pk).exists()
 
 
 class TerminalSessionQuerySet(models.QuerySet["TerminalSession"]):

@@ -5,11 +5,13 @@ channel of its own. Every request carries:
 
     type      one of the request types below
     reply_to  the channel the reply goes to
-    deadline  unix time after which the caller has given up; a worker drops
+    deadline  the time after which the caller has given up, in unix seconds by the
+              database's clock (clock.py), which every host shares; a worker drops
               requests past it, so a creation nobody waits for never runs
 
 Creations go to CREATE_CHANNEL, a queue every live worker takes from, so a
-new terminal lands on whichever worker is free. Every other request goes to
+new terminal lands on whichever worker is free; a worker with no room left
+passes it on to a live worker that has room. Every other request goes to
 the channel of the worker that hosts the terminal (its TerminalSession.worker).
 
 The reply is {"type": REPLY, "ok": True, "data": {...}} or
@@ -27,6 +29,7 @@ CREATE_CHANNEL = "terminals.create"
 CREATE = "terminal.create"  # id, owner_id, api_key_id, name, shell, argv, cwd, env, cols, rows,
 #                             kind ("shell" | "command"), pty, command, args, output_byte_limit, session_id,
 #                             run_as (the account, "" for the worker's own), username (the owner's)
+#                             declined (ids of the full workers that passed it on to another worker's channel)
 INPUT = "terminal.input"  # id, data (str, sent as UTF-8), close (end of input, pipes only)
 OUTPUT = "terminal.output"  # id, since, since_time (unix time), stream, read
 BYTES = "terminal.bytes"  # id, from_byte, max_bytes, strip_ansi, stream

@@ -6,14 +6,19 @@ import logging
 import os
 import uuid
 from datetime import datetime, timezone as dt_timezone
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import BooleanField, ExpressionWrapper
+from django.db.models.functions import Now
 from django.utils import timezone
 
+from . import clock
 from .audit import SYSTEM, audit
 from .models import AuditEvent, TerminalSession, Worker
 from .runtime.errors import SessionLimitReached
+from .runtime.processes import process_alive
 from .runtime.pty import ExitStatus
 
 logger = logging.getLogger(__name__)
@@ -22,38 +27,52 @@ EXITED, KILLED, TIMED_OUT, LOST = Status.EXITED, Status.KILLED, Status.TIMED_OUT
 
 
 def worker_register(worker_id: str, channel: str, hostname: str, pid: int) -> Worker:
-    now = timezone.now()
-    return Worker.objects.create(id=worker_id, channel=channel, hostname=hostname, pid=pid, started=now, last_seen=now)
+    # Heartbeats carry the database's time, never this host's: liveness is judged by that one clock.
+    clock.measure()
+    return Worker.objects.create(id=worker_id, channel=channel, hostname=hostname, pid=pid, started=Now(),
+                                 last_seen=Now())
 
 
 def worker_alive(worker_id: str) -> None:
-    """Refreshes the worker's heartbeat alone, from a thread of its own; closes that thread's connection."""
+    """Refreshes the worker's heartbeat alone, and its view of the database's clock, from a thread of its own;
+    closes that thread's connection."""
     try:
-        Worker.objects.filter(pk=worker_id).update(last_seen=timezone.now())
+        Worker.objects.filter(pk=worker_id).update(last_seen=Now())
+        clock.measure()  # the database's clock, in which the worker judges request deadlines
     finally:
         connection.close()
 
 
-def worker_beat(worker_id: str, activity: dict[str, float]) -> list[str]:
+class Beat(NamedTuple):
+    vanished: list[str]  # hosted terminals whose record was deleted
+    disowned: list[str]  # hosted terminals another worker gave a final state while this one was judged gone
+
+
+def worker_beat(worker_id: str, activity: dict[str, float]) -> Beat:
     """Refreshes the worker's heartbeat and the last activity of its terminals.
 
-    Returns the ids among activity's that have no record any more (deleted under the running terminal).
+    Returns the hosted terminals that have no record any more (deleted under the running terminal), and those
+    another worker gave a final state (lost, or released) while this one was judged gone.
     """
-    Worker.objects.filter(pk=worker_id).update(last_seen=timezone.now())
+    Worker.objects.filter(pk=worker_id).update(last_seen=Now())
     if not activity:
-        return []
-    rows = list(TerminalSession.objects.filter(pk__in=list(activity)).only("id", "last_activity", "worker_id"))
+        return Beat(vanished=[], disowned=[])
+    rows = list(TerminalSession.objects.filter(pk__in=list(activity))
+                .only("id", "last_activity", "worker_id", "status", "released"))
     recorded = {str(row.id) for row in rows}
-    changed = []
+    changed, disowned = [], []
     for row in rows:
-        if row.worker_id != worker_id:
+        if str(row.worker_id) != str(worker_id):
             continue  # its worker was taken away from the record; the record is still there
+        if row.status == LOST or row.released is not None:
+            disowned.append(str(row.id))
+            continue
         seen = datetime.fromtimestamp(activity[str(row.id)], tz=dt_timezone.utc)
         if seen > row.last_activity:
             row.last_activity = seen
             changed.append(row)
     TerminalSession.objects.bulk_update(changed, ["last_activity"])
-    return [terminal_id for terminal_id in activity if terminal_id not in recorded]
+    return Beat(vanished=[terminal_id for terminal_id in activity if terminal_id not in recorded], disowned=disowned)
 
 
 def vanished_end(terminal_id: str, status: ExitStatus | None) -> None:
@@ -61,6 +80,12 @@ def vanished_end(terminal_id: str, status: ExitStatus | None) -> None:
     status = status or ExitStatus(None, "SIGKILL")
     audit(SYSTEM, "vanished", terminal_id=terminal_id, reason="its record was deleted while it ran; its processes "
           "were ended", exitCode=status.exit_code, signal=status.signal)
+
+
+def worker_channels_except(worker_ids: list[str], hostname: str) -> list[str]:
+    """The channels of the live workers other than these, leaving out those of this host whose process is gone."""
+    return [worker.channel for worker in Worker.objects.live().exclude(pk__in=worker_ids)
+            if not _process_gone(worker, hostname)]
 
 
 def worker_stop(worker_id: str, statuses: dict[str, ExitStatus | None]) -> None:
@@ -71,10 +96,14 @@ def worker_stop(worker_id: str, statuses: dict[str, ExitStatus | None]) -> None:
 
 
 def sessions_mark_lost(hostname: str, own_worker_id: str = "") -> dict[str, str]:
-    """Marks lost the active terminals whose worker is gone; returns the host of each one's worker, by terminal id.
+    """Gives a final state to every terminal whose worker is gone; returns the host of each one's worker, by id.
 
-    A worker is gone when its heartbeat is stale, or at once when it ran on
-    this host and its process no longer exists (a crash and a quick restart).
+    A worker is gone when it stopped, when its heartbeat is stale by the database's clock, or at once when it
+    ran on this host and its process no longer runs (a crash and a quick restart; a zombie has stopped running).
+    Its active terminals become lost; its ended ones whose output it still held (exited or killed, not
+    released) are released and keep their status and exit code: that output was in the dead worker's memory.
+    Either way every request for them then answers like any ended terminal (409 TERMINAL_INACTIVE), instead of
+    waiting forever for a worker that will not come back.
     The hosts tell the caller which terminals may have left processes on its own host.
     A worker never marks its own terminals lost, however late its own heartbeat
     (its database writes queue behind each other under load).
@@ -83,14 +112,23 @@ def sessions_mark_lost(hostname: str, own_worker_id: str = "") -> dict[str, str]
     if own_worker_id:
         live.append(own_worker_id)
     orphans = list(
-        TerminalSession.objects.active().exclude(worker_id__in=live)
-        .values_list("id", "worker__hostname")
+        TerminalSession.objects.filter(released__isnull=True).exclude(worker_id__in=live)
+        .values_list("id", "status", "worker__hostname")
     )
-    now = timezone.now()
-    for session_id, _ in orphans:
-        if TerminalSession.objects.filter(pk=session_id, status=Status.ACTIVE).update(status=LOST, ended=now):
+    for session_id, status, _ in orphans:
+        _end_orphan(session_id, status)
+    return {str(session_id): host or "" for session_id, _, host in orphans}
+
+
+def _end_orphan(session_id, status: str) -> None:
+    """Lost if it was active, released either way; audited once, by whichever worker got there first."""
+    unreleased = TerminalSession.objects.filter(pk=session_id, released__isnull=True)
+    if status == Status.ACTIVE:
+        if unreleased.filter(status=Status.ACTIVE).update(status=LOST, ended=Now(), released=Now()):
             audit(SYSTEM, "lost", terminal_id=session_id, reason="its worker stopped answering")
-    return {str(session_id): host or "" for session_id, host in orphans}
+    elif unreleased.update(released=Now()) and status != LOST:
+        audit(SYSTEM, "lost", terminal_id=session_id, status=status,
+              reason="its worker stopped answering; the output it held is gone")
 
 
 def sessions_lost_among(terminal_ids) -> list[str]:
@@ -109,16 +147,28 @@ def sessions_lost_among(terminal_ids) -> list[str]:
     return lost
 
 
+def terminals_cut_off(terminal_ids) -> dict[str, bool]:
+    """Which of these terminals (ids as strings) their worker left behind: lost (True), or hosted by a worker that
+    stopped or stopped beating, by the database's clock, and not marked lost yet (False)."""
+    keys = []
+    for terminal_id in terminal_ids:
+        try:
+            keys.append(uuid.UUID(terminal_id))
+        except ValueError:
+            continue
+    worker_live = ExpressionWrapper(Worker.live_condition("worker__"), output_field=BooleanField())
+    cut_off = {}
+    for start in range(0, len(keys), 500):  # stay under SQLite's parameter limit
+        rows = (TerminalSession.objects.filter(pk__in=keys[start : start + 500]).annotate(worker_live=worker_live)
+                .values_list("id", "status", "worker_live"))
+        cut_off.update({str(key): status == LOST for key, status, live in rows if status == LOST or not live})
+    return cut_off
+
+
 def _process_gone(worker: Worker, hostname: str) -> bool:
     if worker.hostname != hostname or worker.pid == os.getpid():
         return False
-    try:
-        os.kill(worker.pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
+    return not process_alive(worker.pid)
 
 
 def check_user_limit(owner_id: int) -> None:

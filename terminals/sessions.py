@@ -8,6 +8,7 @@ import uuid
 
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
+from django.db.models import BooleanField, ExpressionWrapper
 from django.utils import timezone
 
 from . import protocol, worker_client
@@ -15,7 +16,7 @@ from .audit import Actor, audit
 from .environment import (AccountMissing, build_env, invalid, isolation, resolve_cwd, resolve_program, resolve_shell,
                           run_as_account, shell_argv, validate_env)
 from .exceptions import AuditUnavailable, ServiceError, TerminalInactive, TerminalNotFound, WorkerUnavailable
-from .models import TerminalSession
+from .models import TerminalSession, Worker
 from .records import session_data
 
 STARTED = time.monotonic()
@@ -38,9 +39,15 @@ def session_get_for(*, user, terminal_id, with_owner: bool = False) -> TerminalS
         # get(), not first(): first() orders by the primary key, and compiling that ordering was a tenth of
         # a REST read's CPU.
         related = ("worker", "owner") if with_owner else ("worker",)
-        return TerminalSession.objects.visible_to(user).select_related(*related).get(pk=key)
+        return (TerminalSession.objects.visible_to(user).select_related(*related)
+                .annotate(worker_live=_worker_live_expression()).get(pk=key))
     except TerminalSession.DoesNotExist:
         raise TerminalNotFound(f"Terminal {terminal_id} not found") from None
+
+
+def _worker_live_expression() -> ExpressionWrapper:
+    """Whether the terminal's worker beats, judged in the same query by the database's clock (Worker.stale_before)."""
+    return ExpressionWrapper(Worker.live_condition("worker__"), output_field=BooleanField())
 
 
 def session_list(*, user, status: str = "active", session_filter: dict | None = None) -> list[dict]:
@@ -78,9 +85,14 @@ def _hosting_channel(record: TerminalSession) -> str:
             f"Terminal {record.id} was {('released' if record.released else record.status)}",
             {"status": record.status},
         )
-    if record.worker is None or not (_hosted_here(record) or record.worker.is_live()):
+    if record.worker is None or not (_hosted_here(record) or _worker_live(record)):
         raise WorkerUnavailable(f"The worker hosting terminal {record.id} is not answering", {"terminalId": str(record.id)})
     return record.worker.channel
+
+
+def _worker_live(record: TerminalSession) -> bool:
+    live = getattr(record, "worker_live", None)  # fetched with the record by session_get_for
+    return bool(live) if live is not None else record.worker.is_live()
 
 
 def _hosted_here(record: TerminalSession) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 import signal
 import socket
 import threading
@@ -19,6 +20,7 @@ from django.db import close_old_connections
 
 from . import protocol, records
 from .environment import PER_USER, SERVICE, homes_base, run_as_policy
+from .clock import now as database_now
 from .runtime import confinement as confine
 from .runtime import integrity, sealed
 from .runtime.accounts import provision, unix_name
@@ -266,6 +268,7 @@ class TerminalWorker:
         self._tasks: set[asyncio.Task] = set()
         self._shutting_down = False
         self._ending_vanished: set[str] = set()  # terminals whose record was deleted, being ended
+        self._creating = 0  # creations taken and not yet hosted: their places are spoken for
         self._handlers: dict[str, Callable[[dict], Awaitable[dict]]] = {
             protocol.CREATE: self.handle_create,
             protocol.INPUT: self.handle_input,
@@ -358,19 +361,50 @@ class TerminalWorker:
 
     async def dispatch(self, message: dict) -> None:
         """Runs one request and sends its reply, unless its caller already gave up."""
-        if message.get("deadline", float("inf")) < time.time():
+        if message.get("deadline", float("inf")) < database_now():
             logger.warning("dropped %s: its caller gave up", message.get("type"))
             return
+        if message.get("type") == protocol.CREATE:
+            if self._full() and await self._pass_creation_on(message):
+                return
+            self._creating += 1  # counted before the first await, so two creations never take the last place
         handler = self._handlers.get(message.get("type", ""))
-        if handler is None:
-            reply = protocol.reply_error("INTERNAL_ERROR", f"unknown request {message.get('type')!r}")
-        else:
-            reply = await self._run_handler(handler, message)
+        try:
+            if handler is None:
+                reply = protocol.reply_error("INTERNAL_ERROR", f"unknown request {message.get('type')!r}")
+            else:
+                reply = await self._run_handler(handler, message)
+        finally:
+            if message.get("type") == protocol.CREATE:
+                self._creating -= 1
         if message.get("reply_to"):
             try:
                 await self.layer.send(message["reply_to"], reply)
             except Exception:  # noqa: BLE001 - the caller times out and reports the worker unavailable
                 logger.exception("replying to %s failed", message.get("type"))
+
+    def _full(self) -> bool:
+        return self.manager.active_count + self._creating >= self.manager.limits.max_sessions
+
+    async def _pass_creation_on(self, message: dict) -> bool:
+        """Hands a creation this worker has no room for to a live worker that has not declined it yet, which
+        answers the caller; returns False when there is none (every worker is full: the caller gets 429).
+
+        The shared queue gives a creation to whichever worker asks first, full or not. Each worker passes it on
+        at most once (it joins the message's "declined"), so a creation makes at most one hop per worker.
+        """
+        if settings.TERMINALS["EMBEDDED_WORKER"]:
+            return False  # the in-memory channel layer reaches no other process
+        declined = [*message.get("declined", []), self.id]
+        channels = await self.database.run(lambda: records.worker_channels_except(declined, self.hostname))
+        if not channels:
+            return False
+        try:
+            await self.layer.send(random.choice(channels), {**message, "declined": declined})
+        except Exception as error:  # noqa: BLE001 - the channel layer failed: answer here, with 429
+            logger.warning("passing a creation on failed: %s: %s", type(error).__name__, error)
+            return False
+        return True
 
     async def _run_handler(self, handler, message: dict) -> dict:
         try:
@@ -612,8 +646,9 @@ class TerminalWorker:
         # seconds, and a late heartbeat makes the web processes give up on this worker.
         await asyncio.to_thread(records.worker_alive, self.id)
         activity = {session_id: session.last_activity for session_id, session in self.manager.items()}
-        vanished = await self.database.run(lambda: records.worker_beat(self.id, activity))
-        for session_id in vanished:
+        beat = await self.database.run(lambda: records.worker_beat(self.id, activity))
+        await self.end_disowned(beat.disowned)
+        for session_id in beat.vanished:
             if session_id in self.manager and session_id not in self._ending_vanished:
                 self._ending_vanished.add(session_id)
                 self._spawn(self.end_vanished(session_id))
@@ -631,6 +666,21 @@ class TerminalWorker:
             logger.exception("ending terminal %s, whose record was deleted, failed", session_id)
         finally:
             self._ending_vanished.discard(session_id)
+
+    async def end_disowned(self, terminal_ids: list[str]) -> None:
+        """Ends the terminals another worker gave a final state while this one was judged gone (its heartbeat
+        stopped for three intervals: a stall, a frozen host): on record they ended, and nobody can reach them, so
+        nothing of theirs may keep running here."""
+        for terminal_id in terminal_ids:
+            if terminal_id not in self.manager:
+                continue  # released here meanwhile
+            logger.error("terminal %s was marked lost while this worker still ran it (its heartbeats stopped); "
+                         "ending it", terminal_id)
+            try:
+                await self.manager.terminate(terminal_id, signal.SIGKILL, grace=0)
+            except TerminalError as error:
+                logger.warning("ending disowned terminal %s: %s", terminal_id, error.message)
+            self.fanout.notify(terminal_id)
 
     async def mark_lost(self) -> None:
         """Marks lost the terminals of workers that are gone (any live worker may do it), and ends what those

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 
 from asgiref.sync import async_to_sync
+from channels.db import DatabaseSyncToAsync
 from channels.exceptions import ChannelFull
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from . import protocol
+from . import clock, protocol
 from .exceptions import ServiceError, WorkerUnavailable, from_code
 
 logger = logging.getLogger(__name__)
@@ -32,6 +32,7 @@ def default_timeout() -> float:
 async def request(channel: str, message_type: str, reply_within: float | None = None, **fields) -> dict:
     """Returns the worker's reply data; raises the error it reported, or WorkerUnavailable after reply_within seconds."""
     timeout = default_timeout() if reply_within is None else reply_within
+    await _measure_clock()
     layer = get_channel_layer()
     try:
         return await asyncio.wait_for(_exchange(layer, channel, message_type, timeout, fields), timeout)
@@ -49,9 +50,19 @@ async def request(channel: str, message_type: str, reply_within: float | None = 
     raise WorkerUnavailable(message, {"request": message_type})
 
 
+async def _measure_clock() -> None:
+    """Keeps this process's view of the database's clock fresh, in which deadlines are set (clock.py)."""
+    if settings.TERMINALS["EMBEDDED_WORKER"] or not clock.needs_measuring():
+        return  # an embedded worker judges deadlines with this very process's clock
+    try:
+        await DatabaseSyncToAsync(clock.measure, thread_sensitive=False)()
+    except Exception as error:  # noqa: BLE001 - the last offset (or none) still serves
+        logger.warning("reading the database's clock failed: %s: %s", type(error).__name__, error)
+
+
 async def _exchange(layer, channel: str, message_type: str, timeout: float, fields: dict) -> dict:
     reply_to = await layer.new_channel()
-    message = {"type": message_type, "reply_to": reply_to, "deadline": time.time() + timeout, **fields}
+    message = {"type": message_type, "reply_to": reply_to, "deadline": clock.now() + timeout, **fields}
     await layer.send(channel, message)
     reply = await layer.receive(reply_to)
     if reply.get("ok"):

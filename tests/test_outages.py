@@ -197,3 +197,50 @@ def test_requests_fail_fast_while_redis_is_frozen_and_service_resumes_after(outa
           f"all working {time.monotonic() - thawed:.2f} s after SIGCONT")
     for api in apis:
         api.cleanup()
+
+
+def test_live_clients_are_closed_with_4503_and_a_clean_log_line_when_redis_dies_and_resume_from_their_byte(
+        outage_server, keys):
+    """Redis killed under open WebSockets (interactive and read-only, on both web processes): each is closed with
+    4503 after an error frame naming the byte to reconnect from, and the web processes log one line per connection,
+    no traceback. With Redis back, a client reconnecting with ?fromByte= continues exactly there."""
+    import asyncio
+
+    from .test_live import Live
+
+    server = outage_server
+    api = Api(server.urls[0], keys["alice"])
+    terminal = api.create(shell="/bin/bash")["terminalId"]
+    webs = [process for process in server.processes if process.name.startswith("web")]
+    logged = {process.name: len(process.log()) for process in webs}
+
+    async def attach_then_lose_redis():
+        clients = [await Live.open(url, terminal, keys["alice"], **query)
+                   for url in server.urls for query in ({}, {"mode": "view"})]
+        for client in clients:
+            await client.until(lambda live: live.next > 0, "the first prompt")
+        server.redis.stop(signal.SIGKILL)
+        return [(await client.closed(ANSWER_WITHIN + 2), client) for client in clients]
+
+    for code, client in asyncio.run(attach_then_lose_redis()):
+        assert code == 4503
+        error = [frame for frame in client.frames if frame["type"] == "error"][-1]
+        assert error["code"] == "WORKER_UNAVAILABLE" and f"?fromByte={client.next}" in error["message"], error
+    for process in webs:
+        since = process.log()[logged[process.name]:]
+        assert "Traceback" not in since, since
+        assert since.count("live connection closed: the channel layer failed") == 2, since
+    resume_from = client.next
+
+    server.redis, _ = start_redis(_redis_port(server))
+    wait_for(lambda: api.post("/api/terminals/{}/input".format(terminal), json={"input": "echo back-$((1+1))"})
+             .status_code == 200, RECOVERY_WITHIN, "input to work again")
+
+    async def reconnect():
+        client = await Live.open(server.urls[1], terminal, keys["alice"], fromByte=resume_from)
+        assert client.attached["fromByte"] == resume_from
+        await client.until_text("back-2")
+        await client.close()
+
+    asyncio.run(reconnect())
+    api.cleanup()

@@ -199,3 +199,338 @@ def test_a_worker_on_the_same_host_ends_what_a_killed_workers_terminals_left_whe
     wait_for(lambda: _left_running(terminal) == {}, 5, "the lost terminal's processes to be killed")
     print(f"\nlost and reaped {time.monotonic() - killed:.1f} s after SIGKILL")
     api.cleanup()
+
+
+# Every terminal of a killed worker gets a final state, whatever it was doing
+
+
+def _create_on(api: Api, worker_id: str, **body) -> dict:
+    """Creates terminals until one lands on worker_id; deletes the others."""
+    def landed():
+        created = api.create(**body)
+        if api.get(f"/api/terminals/{created['terminalId']}").json()["data"]["worker"] == worker_id:
+            return created
+        api.delete(f"/api/terminals/{created['terminalId']}")
+        return None
+
+    return wait_for(landed, 30, f"a terminal on worker {worker_id}", interval=0)
+
+
+def test_a_killed_workers_ended_terminals_answer_409_like_any_ended_terminal(two_workers, keys):
+    """A killed worker's terminals that had already ended (exited, killed, output still held) are released when a
+    survivor marks its active ones lost: output, delete and kill then answer 409 TERMINAL_INACTIVE, never 503 again;
+    each keeps its own status and exit code, and the active one is lost, with a `lost` audit event for each."""
+    from terminals.models import AuditEvent
+
+    server = two_workers
+    api = Api(server.url, keys["alice"])
+    active = api.create(shell="/bin/bash")["terminalId"]
+    host = api.get(f"/api/terminals/{active}").json()["data"]["worker"]
+    exited = _create_on(api, host, command="/bin/sh", args=["-c", "echo bye; exit 3"])["terminalId"]
+    api.wait_status(exited, "exited")
+    killed = _create_on(api, host, command="/bin/sleep", args=["600"])["terminalId"]
+    assert api.post(f"/api/terminals/{killed}/kill").status_code == 200
+    assert "bye" in api.full_output(exited)  # its output is held, so its requests go to the worker
+
+    _process_of(server, host).stop(signal.SIGKILL)
+    api.wait_status(active, "lost", timeout=HEARTBEAT_MS / 1000 + 10)
+    for terminal, status, exit_code in [(exited, "exited", 3), (killed, "killed", None), (active, "lost", None)]:
+        for method, path in [("GET", "/output"), ("GET", "/output?fromByte=0"), ("POST", "/kill"), ("DELETE", "")]:
+            response = api.request(method, f"/api/terminals/{terminal}{path}")
+            assert (response.status_code, response.json()["error"]["code"]) == (409, "TERMINAL_INACTIVE"), \
+                (status, method, path, response.text)
+        record = api.get(f"/api/terminals/{terminal}").json()["data"]
+        assert (record["status"], record["exitCode"]) == (status, exit_code), record
+        assert record["released"] is not None and record["ended"] is not None, record
+        assert AuditEvent.objects.filter(terminal_id=terminal, action="lost").count() == 1
+    api.cleanup()
+
+
+def test_a_zombie_worker_counts_as_gone_at_the_next_beat(two_workers, keys):
+    """A worker killed but not yet reaped by its parent (a zombie: its pid still answers kill(pid, 0)) is gone: the
+    surviving worker on the same host marks its terminal lost at its next beat, without waiting for three silent
+    heartbeats. Both times are the database's, so the check is the process check, not the stale heartbeat."""
+    import os
+
+    from terminals.models import TerminalSession, Worker
+
+    server = two_workers
+    api = Api(server.url, keys["alice"])
+    terminal = api.create(shell="/bin/bash")["terminalId"]
+    host = api.get(f"/api/terminals/{terminal}").json()["data"]["worker"]
+    process = _process_of(server, host)
+    os.kill(process.pid, signal.SIGKILL)  # and nobody waits for it: it stays a zombie
+    wait_for(lambda: _state(process.pid) == "Z", 10, "the killed worker to be a zombie")
+
+    api.wait_status(terminal, "lost", timeout=3 * HEARTBEAT_MS / 1000 + 10)
+    assert _state(process.pid) == "Z"
+    silent = TerminalSession.objects.get(pk=terminal).ended - Worker.objects.get(pk=host).last_seen
+    assert silent < timedelta(milliseconds=3 * HEARTBEAT_MS), f"lost only after {silent}: judged by the heartbeat"
+    api.cleanup()
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0]
+
+
+# A creation goes to a worker that has room
+
+
+def test_a_full_worker_passes_creations_to_one_with_room_and_429_comes_only_when_all_are_full():
+    """Two workers of TERMINALS_MAX_TOTAL=3, one of them full: the next three creations all succeed, on the other
+    worker, whichever worker takes them from the shared queue; with both full, the next one answers 429.
+    (On a database of its own: the workers of other deployments sharing the test database are not reachable.)"""
+    from .own_database import create_key, own_database
+
+    database = own_database(sqlite=True)
+    server = start_split(webs=1, workers=2, TERMINALS_MAX_TOTAL="3", **database, **NO_CGROUPS)
+    try:
+        api = Api(server.url, create_key(database, "alice")[1])
+        first = api.create(command="/bin/sleep", args=["600"])["terminalId"]
+        full = api.get(f"/api/terminals/{first}").json()["data"]["worker"]
+        for _ in range(2):
+            _create_on(api, full, command="/bin/sleep", args=["600"])
+        hosts = []
+        for _ in range(3):
+            response = api.post("/api/terminals", json={"command": "/bin/sleep", "args": ["600"]})
+            assert response.status_code == 201, response.text
+            api.created.append(response.json()["data"]["terminalId"])
+            hosts.append(api.get(f"/api/terminals/{api.created[-1]}").json()["data"]["worker"])
+        assert full not in hosts and len(set(hosts)) == 1, hosts
+        refused = api.post("/api/terminals", json={"command": "/bin/sleep", "args": ["600"]})
+        assert refused.status_code == 429, refused.text
+        assert refused.json()["error"]["code"] == "LIMIT_REACHED"
+        api.cleanup()
+    finally:
+        server.stop()
+
+
+# Live clients of a killed worker are told
+
+
+@pytest.fixture
+def lone_worker():
+    """One worker beating every 300 ms, on a database of its own: no worker of another deployment sharing the
+    test database can mark its terminals lost, so what the web process sees is its heartbeat going stale.
+    Yields the deployment and a key."""
+    from .own_database import create_key, own_database
+
+    database = own_database(sqlite=True)
+    server = start_split(webs=1, workers=1, TERMINALS_WORKER_TIMEOUT_MS=str(TIMEOUT_MS),
+                         TERMINALS_HEARTBEAT_INTERVAL_MS="300", **database)
+    yield server, create_key(database, "alice")[1]
+    server.stop()
+
+
+WATCH_SECONDS = 2.0  # how often a web process checks the workers of its live connections (worker_watch.py)
+
+
+async def _attach_both(url: str, key: str, terminal: str):
+    from .test_live import Live
+
+    return await Live.open(url, terminal, key), await Live.open(url, terminal, key, mode="view")
+
+
+async def _closing(live, within: float) -> tuple[int, dict | None]:
+    """The close code, and the error frame that came just before it."""
+    code = await live.closed(within)
+    errors = [frame for frame in live.frames if frame["type"] == "error"]
+    return code, errors[-1] if errors else None
+
+
+def test_live_clients_of_a_killed_worker_are_closed_with_4409_once_its_terminal_is_lost(two_workers, keys):
+    """SIGKILL the worker of a terminal with an interactive and a read-only WebSocket attached: once the surviving
+    worker has marked the terminal lost (at its next beat), both are closed with 4409 within WATCH_SECONDS, after
+    an error frame that says the output is gone, without typing anything."""
+    import asyncio
+
+    server = two_workers
+    api = Api(server.url, keys["alice"])
+    terminal = api.create(shell="/bin/bash")["terminalId"]
+    host = api.get(f"/api/terminals/{terminal}").json()["data"]["worker"]
+
+    async def scenario():
+        interactive, viewer = await _attach_both(server.url, keys["alice"], terminal)
+        _process_of(server, host).stop(signal.SIGKILL)
+        within = HEARTBEAT_MS / 1000 + WATCH_SECONDS + 5
+        return await asyncio.gather(_closing(interactive, within), _closing(viewer, within))
+
+    for code, error in asyncio.run(scenario()):
+        assert code == 4409
+        assert error is not None and error["code"] == "TERMINAL_INACTIVE", error
+    assert api.get(f"/api/terminals/{terminal}").json()["data"]["status"] == "lost"
+    api.cleanup()
+
+
+def test_live_clients_are_closed_with_4503_when_their_worker_stops_beating(lone_worker):
+    """The only worker killed, so nobody marks its terminal lost: once its heartbeat is stale (three intervals, by
+    the database's clock), both WebSockets are closed with 4503 within WATCH_SECONDS, after an error frame that
+    says from which byte to reconnect."""
+    import asyncio
+
+    split, key = lone_worker
+    api = Api(split.url, key)
+    terminal = api.create(shell="/bin/bash")["terminalId"]
+
+    async def scenario():
+        interactive, viewer = await _attach_both(split.url, key, terminal)
+        await interactive.until(lambda live: live.next > 0, "the first prompt")
+        await viewer.until(lambda live: live.next == interactive.next, "the viewer to catch up")
+        split.process("worker0").stop(signal.SIGKILL)
+        within = 3 * 0.3 + WATCH_SECONDS + 5
+        return [(await _closing(live, within), live.next) for live in (interactive, viewer)]
+
+    for (code, error), next_byte in asyncio.run(scenario()):
+        assert code == 4503
+        assert error is not None and error["code"] == "WORKER_UNAVAILABLE", error
+        assert f"?fromByte={next_byte}" in error["message"], error
+
+
+# Liveness by one clock: the database's
+
+
+SKEW = "-60s"  # the skewed worker's clock runs a minute behind everyone else's
+
+
+def _skewed_worker(server, **env: str) -> ServiceProcess:
+    """A worker whose clock runs SKEW off (libfaketime preloaded into the worker itself, so signals reach it)."""
+    import glob
+
+    library = glob.glob("/usr/lib/*/faketime/libfaketime.so.1")
+    assert library, "libfaketime is not installed (apt-get install faketime)"
+    environment = service_env(REDIS_URL=server.redis_url, LD_PRELOAD=library[0], FAKETIME=SKEW,
+                              FAKETIME_DONT_FAKE_MONOTONIC="1", **env)
+    worker = ServiceProcess("skewed-worker", [sys.executable, "manage.py", "terminal_worker"], environment)
+    server.processes.insert(0, worker)
+    worker.wait_for_log("ready on")
+    return worker
+
+
+@pytest.fixture
+def postgres():
+    """A throwaway PostgreSQL cluster (scripts/postgres.sh): its clock is the one every host shares."""
+    import subprocess
+
+    from .servers import ROOT
+
+    started = subprocess.run(["bash", "scripts/postgres.sh", "start"], cwd=ROOT, capture_output=True, text=True,
+                             check=True, timeout=120)
+    directory, url = started.stdout.split()
+    yield url
+    subprocess.run(["bash", "scripts/postgres.sh", "stop", directory], cwd=ROOT, check=False, timeout=120)
+
+
+def test_a_worker_whose_clock_runs_behind_stays_alive_and_keeps_its_terminals(postgres, tmp_path):
+    """Split deployment on PostgreSQL with a second worker whose clock runs a minute behind (libfaketime):
+    heartbeats carry the database's time, so for many heartbeat intervals its terminal stays active and readable,
+    nothing is marked lost, and its last beat is recent by the database's clock."""
+    import psycopg
+
+    from .own_database import create_key
+
+    database = {"DATABASE_URL": postgres, "TERMINALS_DATA_DIR": str(tmp_path)}
+    server = start_split(webs=1, workers=1, TERMINALS_HEARTBEAT_INTERVAL_MS="300", **database, **NO_CGROUPS)
+    try:
+        _, key = create_key(database, "alice")
+        skewed = _skewed_worker(server, TERMINALS_HEARTBEAT_INTERVAL_MS="300", **database, **NO_CGROUPS)
+        skewed_id = skewed.log().split("terminal worker ", 1)[1].split()[0]
+        api = Api(server.url, key)
+        terminal = _create_on(api, skewed_id, shell="/bin/bash")["terminalId"]
+
+        with psycopg.connect(postgres, autocommit=True) as connection:
+            def database_seconds() -> float:
+                return connection.execute("SELECT extract(epoch FROM clock_timestamp())").fetchone()[0]
+
+            start = float(database_seconds())
+            # Ten heartbeat intervals by the database's clock: three silent ones would make a worker gone.
+            wait_for(lambda: float(database_seconds()) - start >= 10 * 0.3, 30, "ten heartbeat intervals")
+            behind = connection.execute("SELECT extract(epoch FROM clock_timestamp() - last_seen) FROM "
+                                        "terminals_worker WHERE id = %s", [skewed_id]).fetchone()[0]
+            lost = connection.execute("SELECT count(*) FROM terminals_auditevent WHERE action = 'lost'").fetchone()[0]
+        assert float(behind) < 3 * 0.3, f"the skewed worker's last beat is {behind} s old by the database's clock"
+        assert lost == 0
+        assert api.get(f"/api/terminals/{terminal}").json()["data"]["status"] == "active"
+        assert api.run(terminal, "echo still-$((6*7))") == "still-42"
+        api.cleanup()
+    finally:
+        server.stop()
+
+
+def test_an_sse_follow_ends_with_an_error_event_when_its_worker_stops_beating(lone_worker):
+    """The only worker killed under an SSE follow: once its heartbeat is stale the stream ends with an `error`
+    event (WORKER_UNAVAILABLE, reconnect with Last-Event-ID) within WATCH_SECONDS, not a keepalive every 15 s."""
+    import json
+
+    split, key = lone_worker
+    api = Api(split.url, key)
+    terminal = api.create(shell="/bin/bash")["terminalId"]
+    within = 3 * 0.3 + WATCH_SECONDS + 5
+    with api.get(f"/api/terminals/{terminal}/output", params={"follow": "true"}, stream=True,
+                 timeout=(5, within)) as stream:
+        lines = stream.iter_lines(chunk_size=1, decode_unicode=True)
+        assert next(line for line in lines if line.startswith("event: ")) == "event: attached"
+        split.process("worker0").stop(signal.SIGKILL)
+        events = [line for line in lines if line.startswith(("event: ", "data: "))]
+    assert events[-2] == "event: error", events
+    error = json.loads(events[-1].removeprefix("data: "))
+    assert error["code"] == "WORKER_UNAVAILABLE" and "Last-Event-ID" in error["message"], error
+
+
+def test_a_worker_judged_gone_while_frozen_ends_its_lost_terminals_when_it_resumes(orm, keys):
+    """A worker frozen (SIGSTOP) for longer than three heartbeats is judged gone and its terminal marked lost by
+    the other worker; when it resumes it must not keep running what is on record as ended: at its next beat it kills
+    the terminal's processes, and the record stays lost (no exit is recorded over it)."""
+    from terminals.models import AuditEvent, Worker
+
+    server = start_split(webs=1, workers=2, TERMINALS_HEARTBEAT_INTERVAL_MS="300", **NO_CGROUPS)
+    try:
+        api = Api(server.url, keys["alice"])
+        terminal = api.create(shell="/bin/bash")
+        host = api.get(f"/api/terminals/{terminal['terminalId']}").json()["data"]["worker"]
+        frozen = _process_of(server, host)
+        # Relabelled as another host's, so the other worker cannot end the processes itself: only their own can.
+        Worker.objects.filter(pk=host).update(hostname="elsewhere.invalid")
+        frozen.process.send_signal(signal.SIGSTOP)
+        try:
+            api.wait_status(terminal["terminalId"], "lost", timeout=15)
+        finally:
+            frozen.process.send_signal(signal.SIGCONT)
+        wait_for(lambda: session_members(terminal["pid"]) == [], 10, "the lost terminal's shell to be ended")
+        assert api.get(f"/api/terminals/{terminal['terminalId']}").json()["data"]["status"] == "lost"
+        assert not AuditEvent.objects.filter(terminal_id=terminal["terminalId"], action="exit").exists()
+        assert "was marked lost while this worker still ran it" in frozen.log()
+        assert api.run(api.create(shell="/bin/bash")["terminalId"], "echo alive") == "alive"
+        api.cleanup()
+    finally:
+        server.stop()
+
+
+def test_a_creation_its_caller_gave_up_on_never_runs_on_a_worker_whose_clock_runs_behind(postgres, tmp_path):
+    """Request deadlines are set and judged in the database's time: a worker whose clock runs a minute behind,
+    frozen while a creation waits for it, drops that creation when it resumes (the caller got 503 and holds no id),
+    instead of starting a terminal nobody knows of."""
+    from .own_database import create_key
+
+    database = {"DATABASE_URL": postgres, "TERMINALS_DATA_DIR": str(tmp_path)}
+    timing = {"TERMINALS_WORKER_TIMEOUT_MS": str(TIMEOUT_MS), "TERMINALS_HEARTBEAT_INTERVAL_MS": "300"}
+    server = start_split(webs=1, workers=1, **timing, **database, **NO_CGROUPS)
+    try:
+        _, key = create_key(database, "alice")
+        skewed = _skewed_worker(server, **timing, **database, **NO_CGROUPS)
+        server.process("worker0").stop()  # the skewed worker is the only one left to take creations
+        api = Api(server.url, key)
+
+        skewed.process.send_signal(signal.SIGSTOP)
+        try:
+            refused = api.post("/api/terminals", json={"shell": "/bin/bash"})
+        finally:
+            skewed.process.send_signal(signal.SIGCONT)
+        assert (refused.status_code, refused.json()["error"]["code"]) == (503, "WORKER_UNAVAILABLE"), refused.text
+        skewed.wait_for_log("dropped terminal.create: its caller gave up", timeout=10)
+        fresh = api.create(shell="/bin/bash")["terminalId"]
+        listed = api.get("/api/terminals", params={"status": "all"}).json()["data"]["terminals"]
+        assert [row["terminalId"] for row in listed] == [fresh], listed
+        api.cleanup()
+    finally:
+        server.stop()

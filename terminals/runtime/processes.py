@@ -78,6 +78,12 @@ def stat_fields(pid: int) -> list[str] | None:
     return text[text.rfind(")") + 2 :].split()
 
 
+def process_alive(pid: int) -> bool:
+    """Whether pid is a running process: a zombie (dead, waiting for its parent to reap it) is not."""
+    fields = stat_fields(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
+
+
 def group_members(group_id: int) -> list[int]:
     """Returns the pids of the live processes in process group group_id."""
     return [pid for pid, fields in _live_processes() if fields[2] == str(group_id)]
