@@ -321,8 +321,8 @@ def _from_byte(query: dict) -> int | None:
     """The fromByte query parameter: absent, or a whole number from 0; raises ValueError otherwise."""
     if "fromByte" not in query:
         return None
-    value = int(query["fromByte"][0])
-    if not 0 <= value <= json_input.LARGEST_STORED_INTEGER:
+    value = json_input.byte_offset(query["fromByte"][0])
+    if value is None:
         raise ValueError("fromByte must be a byte offset from 0")
     return value
 

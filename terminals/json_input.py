@@ -79,3 +79,12 @@ def _bounded_int(text: str) -> int:
         raise UnkeepableJson(f"the integer {text[:40]} is out of range: integers must be from {SMALLEST_INTEGER} "
                              f"to {LARGEST_INTEGER}; send larger values as strings")
     return value
+
+
+def byte_offset(text: str | None) -> int | None:
+    """A byte offset written in ASCII digits (a query parameter, a Last-Event-ID), from 0 to the largest stored
+    integer; None for anything else. int() alone would take "+1", " 1" and other scripts' digits ("\u0661")."""
+    if not text or not (text.isascii() and text.isdigit()) or len(text) > 19:
+        return None
+    value = int(text)
+    return value if value <= LARGEST_STORED_INTEGER else None

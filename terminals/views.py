@@ -9,6 +9,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from . import json_input
 from . import serializers as s
 from . import sessions
 from .audit import Actor
@@ -91,8 +92,8 @@ class TerminalViewSet(viewsets.ViewSet):
         query.is_valid(raise_exception=True)
         actor = Actor.from_request(request)
         if query.validated_data["follow"]:
-            resume = request.headers.get("Last-Event-ID")
-            from_byte = int(resume) if resume and resume.isdigit() else query.validated_data.get("fromByte")
+            resume = json_input.byte_offset(request.headers.get("Last-Event-ID"))
+            from_byte = resume if resume is not None else query.validated_data.get("fromByte")
             stream = sessions.session_follow(actor=actor, terminal_id=pk, from_byte=from_byte)
             response = StreamingHttpResponse(stream, content_type="text/event-stream")
             response["Cache-Control"] = "no-cache"

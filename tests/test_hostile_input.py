@@ -117,7 +117,8 @@ def test_websocket_frames_it_cannot_keep_get_an_error_frame_and_the_socket_stays
     asyncio.run(scenario())
 
 
-@pytest.mark.parametrize("value", ["-1", "-9999999999999999999999", "abc", "1e3", "99999999999999999999999"])
+@pytest.mark.parametrize("value", ["-1", "-9999999999999999999999", "abc", "1e3", "99999999999999999999999", "+1",
+                                   " 1", "\u0661", str(2**63)])
 def test_websocket_bad_from_byte_is_refused_with_4400(client, keys, value):
     from .test_live import refusal
 
@@ -225,3 +226,18 @@ def test_generated_websocket_frames_never_close_the_socket(fuzz_terminal, keys, 
         await live.close()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("resume", ["\u00b2", "1" * 40, "-5", "+5"])
+def test_sse_resume_ignores_a_last_event_id_that_is_not_a_byte_offset(client, resume):
+    """Last-Event-ID is only a resume point when it is one: anything else follows from the start, never a 500."""
+    terminal = client.create(command="echo", args=["resumed"])["terminalId"]
+    with client.http.get(f"{client.url}/api/terminals/{terminal}/output", params={"follow": "true"}, stream=True,
+                         headers={"Last-Event-ID": resume}, timeout=30) as stream:
+        assert stream.status_code == 200, stream.text
+        seen = ""
+        for chunk in stream.iter_content(chunk_size=None, decode_unicode=True):
+            seen += chunk
+            if "resumed" in seen:
+                break
+        assert "resumed" in seen
