@@ -79,12 +79,12 @@ def test_create_api_key_adds_a_key_to_an_existing_user(orm, embedded_server):
         assert list_terminals(embedded_server.url, key).status_code == 200
 
 
-def test_create_api_key_staff_makes_a_staff_user(orm, embedded_server, alice):
+def test_create_api_key_staff_makes_a_staff_user(orm, server, alice):
     """--staff makes the user staff, and the key sees other users' terminals."""
     key, _ = create_api_key(username(), "--staff")
     assert ApiKey.objects.for_key(key).user.is_staff is True
     terminal = alice.create()["terminalId"]
-    listed = list_terminals(embedded_server.url, key).json()["data"]["terminals"]
+    listed = list_terminals(server.url, key).json()["data"]["terminals"]
     assert terminal in [item["terminalId"] for item in listed]
 
 
