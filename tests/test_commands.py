@@ -53,6 +53,7 @@ def list_terminals(server_url: str, key: str) -> requests.Response:
 # create_api_key
 
 
+# The key tests use the embedded server: the command writes the database, which every deployment reads alike.
 def test_create_api_key_prints_a_working_key(orm, embedded_server):
     """create_api_key makes the user, prints the key alone on the last line, and the key works."""
     name = username()
