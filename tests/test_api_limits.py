@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import partial
 from types import SimpleNamespace
 
 import pytest
@@ -11,7 +12,7 @@ from terminals.models import AuditEvent
 
 from .client import Api
 from .conftest import make_key
-from .servers import start_embedded, wait_for
+from .servers import start_embedded, start_split, wait_for
 
 MAX_PER_USER = 3
 MAX_INPUT_BYTES = 1024
@@ -31,14 +32,16 @@ def names_field(error: dict, field: str) -> bool:
     return details.get("field") == field or field in (details.get("fields") or {})
 
 
-@pytest.fixture(scope="module")
-def limited(tmp_path_factory, django_db_setup):
-    """An embedded server of its own with tight limits and a cwd root holding a symlink that leads out of it."""
+@pytest.fixture(scope="module", params=["embedded", "split"])
+def limited(request, tmp_path_factory, django_db_setup):
+    """A deployment of its own with tight limits and a cwd root holding a symlink that leads out of it: an embedded
+    server, or a split one whose two workers must hold one user to one limit."""
     root = tmp_path_factory.mktemp("cwd-root").resolve()
     (root / "inside" / "deeper").mkdir(parents=True)
     outside = tmp_path_factory.mktemp("outside").resolve()
     (root / "escape").symlink_to(outside)
-    server = start_embedded(
+    start = start_embedded if request.param == "embedded" else partial(start_split, webs=1, workers=2)
+    server = start(
         TERMINALS_CWD_ROOT=str(root),
         TERMINALS_MAX_PER_USER=str(MAX_PER_USER),
         TERMINALS_MAX_INPUT_BYTES=str(MAX_INPUT_BYTES),
