@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from types import SimpleNamespace
 
 import pytest
 
-from terminals.models import AuditEvent
+from terminals.models import AuditEvent, TerminalSession
 
 from .client import Api
 from .conftest import make_key
@@ -126,6 +127,26 @@ def test_terminal_limit_per_user(limited, orm):
     finally:
         first.cleanup()
         second.cleanup()
+
+
+def test_terminal_limit_per_user_holds_for_concurrent_creates(limited, orm):
+    """Twelve creates of one user at once, spread over the workers, start exactly the user's limit of terminals;
+    the rest are refused with 429 LIMIT_REACHED. Counting and starting apart let every create pass a count that
+    none of the others had yet added to."""
+    owner, key = make_key(name="burst")
+    api = Api(limited.server.url, key)
+    try:
+        with ThreadPoolExecutor(12) as pool:
+            answers = list(pool.map(lambda _: api.post("/api/terminals", json={"command": "sleep", "args": ["60"]}),
+                                    range(12)))
+        created = [answer for answer in answers if answer.status_code == 201]
+        refused = [answer for answer in answers if answer.status_code != 201]
+        assert len(created) == MAX_PER_USER, [answer.status_code for answer in answers]
+        assert {(answer.status_code, answer.json()["error"]["code"]) for answer in refused} == {(429, "LIMIT_REACHED")}
+        assert TerminalSession.objects.active().filter(owner=owner).count() == MAX_PER_USER
+        assert api.get("/api/terminals").json()["data"]["count"] == MAX_PER_USER
+    finally:
+        api.cleanup()
 
 
 def test_env_over_limit_is_refused(limited, user):
