@@ -35,7 +35,7 @@ pg_log="$(mktemp)"
 trap 'bash scripts/postgres.sh stop "$pg_dir"; rm -f "$pg_log"' EXIT
 DATABASE_URL="$pg_url" .venv/bin/python -m pytest -p no:cov -p no:cacheprovider \
   tests/test_e2e_lifecycle.py tests/test_audit_chain.py tests/test_worker.py tests/test_api_auth.py \
-  tests/test_restart.py tests/test_acp.py tests/test_zz_no_secrets.py >"$pg_log" 2>&1 &
+  tests/test_restart.py tests/test_acp.py tests/test_api_limits.py tests/test_zz_no_secrets.py >"$pg_log" 2>&1 &
 pg_run=$!
 sqlite_status=0
 TERMINALS_TEST_POSTGRES_URL="$pg_url" .venv/bin/python -m pytest --cov --cov-report=term "$@" || sqlite_status=$?

@@ -9,6 +9,7 @@ from datetime import datetime, timezone as dt_timezone
 from typing import NamedTuple
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 from django.db.models import BooleanField, ExpressionWrapper
 from django.db.models.functions import Now
@@ -171,19 +172,38 @@ def _process_gone(worker: Worker, hostname: str) -> bool:
     return not process_alive(worker.pid)
 
 
-def check_user_limit(owner_id: int) -> None:
+def session_reserve(message: dict, *, worker_id: str) -> TerminalSession:
+    """Counts the owner's active terminals and inserts this one's row (no pid yet) in one transaction, before
+    anything starts. Concurrent creates of one user, on one worker or several, are counted one after another,
+    so none gets past the limit, and a refused one has started nothing."""
     limit = settings.TERMINALS["MAX_PER_USER"]
-    if TerminalSession.objects.active().filter(owner_id=owner_id).count() >= limit:
-        raise SessionLimitReached(f"you already have {limit} active terminals", limit=limit)
+    owner_id = message["owner_id"]  # the web process authenticated this user
+    with transaction.atomic():
+        # The owner's row is the lock on PostgreSQL; SQLite's IMMEDIATE transactions already run one at a time.
+        get_user_model().objects.select_for_update().filter(pk=owner_id).first()
+        if TerminalSession.objects.active().filter(owner_id=owner_id).count() >= limit:
+            raise SessionLimitReached(f"you already have {limit} active terminals; end one with "
+                                      "DELETE /api/terminals/{id} first", limit=limit)
+        return _session_insert(message, worker_id=worker_id)
 
 
-def session_insert(message: dict, *, pid: int, worker_id: str) -> TerminalSession:
+def session_started(session_id: str, pid: int) -> TerminalSession:
+    TerminalSession.objects.filter(pk=session_id).update(pid=pid)
+    return TerminalSession.objects.get(pk=session_id)
+
+
+def session_abandon(session_id: str) -> None:
+    """Removes the row of a terminal that was reserved but never started."""
+    TerminalSession.objects.filter(pk=session_id, pid__isnull=True).delete()
+
+
+def _session_insert(message: dict, *, worker_id: str) -> TerminalSession:
     return TerminalSession.objects.create(
         id=message["id"],
-        owner_id=message["owner_id"],  # the web process authenticated this user; no need to fetch the row
+        owner_id=message["owner_id"],
         api_key_id=message.get("api_key_id"),
         name=message.get("name", ""),
-        pid=pid,
+        pid=None,
         shell=message.get("shell", ""),
         command=message.get("command", ""),
         args=message.get("args", []),

@@ -418,7 +418,20 @@ class TerminalWorker:
     # Requests
 
     async def handle_create(self, message: dict) -> dict:
-        await self.database.run(lambda: records.check_user_limit(message["owner_id"]))
+        await self.database.run(lambda: records.session_reserve(message, worker_id=self.id))
+        try:
+            session = await self._start(message)
+        except BaseException:
+            await self.database.run(lambda: records.session_abandon(message["id"]))
+            raise
+        try:
+            record = await self.database.run(lambda: records.session_started(message["id"], session.pid))
+        except Exception:
+            await self.manager.terminate(message["id"], signal.SIGKILL, grace=0)
+            raise
+        return records.session_created_data(record)
+
+    async def _start(self, message: dict):
         env = {**message["env"], MARKER_VARIABLE: message["id"]}
         spec = SpawnSpec(argv=message["argv"], cwd=message["cwd"], env=env, cols=message["cols"], rows=message["rows"])
         account = await asyncio.to_thread(account_for, message)
@@ -426,18 +439,10 @@ class TerminalWorker:
             raise InvalidRequest(f"cwd: {spec.cwd!r} cannot be entered by account {account.name!r}",
                                  fields={"cwd": [f"cannot be entered by account {account.name!r}"]})
         limit = message.get("output_byte_limit")
-        session = self.manager.create(
+        return self.manager.create(
             message["id"], spec, session_class=session_class_for(message),
             buffer_bytes=min(limit, self.manager.limits.buffer_bytes) if limit else None, account=account,
         )
-        try:
-            record = await self.database.run(
-                lambda: records.session_insert(message, pid=session.pid, worker_id=self.id)
-            )
-        except Exception:
-            await self.manager.terminate(message["id"], signal.SIGKILL, grace=0)
-            raise
-        return records.session_created_data(record)
 
     async def handle_input(self, message: dict) -> dict:
         data = message["data"].encode("utf-8", errors="surrogateescape")

@@ -69,9 +69,24 @@ def split_server(django_db_setup):
     server.stop()
 
 
-@pytest.fixture(scope="session", params=["embedded", "split"])
+DEPLOYMENTS = ("embedded", "split")
+
+
+def pytest_generate_tests(metafunc):
+    """Every test that reaches `server` (through alice, bob, staff, anonymous or client too) runs once per
+    deployment, with the deployment in its id; `@pytest.mark.embedded_only("why")` keeps one on the embedded server."""
+    if "server" not in metafunc.fixturenames:
+        return
+    marker = metafunc.definition.get_closest_marker("embedded_only")
+    if marker is not None:
+        assert marker.args and marker.args[0], f"{metafunc.definition.nodeid}: say why it is embedded only"
+    deployments = ["embedded"] if marker is not None else list(DEPLOYMENTS)
+    metafunc.parametrize("server", deployments, indirect=True, scope="session")
+
+
+@pytest.fixture(scope="session")
 def server(request):
-    """Each end-to-end test runs against both deployments."""
+    """The deployment the test is parametrised with: the embedded server, or the shared split deployment."""
     return request.getfixturevalue(f"{request.param}_server")
 
 
@@ -82,23 +97,23 @@ def _client(server, key):
 
 
 @pytest.fixture
-def alice(embedded_server, keys):
-    yield from _client(embedded_server, keys["alice"])
+def alice(server, keys):
+    yield from _client(server, keys["alice"])
 
 
 @pytest.fixture
-def bob(embedded_server, keys):
-    yield from _client(embedded_server, keys["bob"])
+def bob(server, keys):
+    yield from _client(server, keys["bob"])
 
 
 @pytest.fixture
-def staff(embedded_server, keys):
-    yield from _client(embedded_server, keys["staff"])
+def staff(server, keys):
+    yield from _client(server, keys["staff"])
 
 
 @pytest.fixture
-def anonymous(embedded_server):
-    yield from _client(embedded_server, None)
+def anonymous(server):
+    yield from _client(server, None)
 
 
 @pytest.fixture

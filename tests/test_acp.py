@@ -378,10 +378,10 @@ def audit_rows_of(api: Api) -> int:
 
 
 @pytest.fixture
-def fresh(orm, embedded_server):
+def fresh(orm, server):
     """A client with a key of its own, so its audit rows can be counted."""
     _, key = make_key()
-    return Api(embedded_server.url, key)
+    return Api(server.url, key)
 
 
 @pytest.mark.parametrize(

@@ -21,14 +21,14 @@ WORKERS = "/admin/terminals/worker/"
 
 
 @pytest.fixture
-def browser(orm, embedded_server):
+def browser(orm, server):
     """A requests session logged in to the admin as a superuser, and that user."""
     user = get_user_model().objects.create(username=f"admin-{uuid.uuid4().hex[:8]}", is_staff=True, is_superuser=True)
     login = Client()
     login.force_login(user)
     http = requests.Session()
     http.cookies.set("sessionid", login.cookies["sessionid"].value)
-    http.base = embedded_server.url
+    http.base = server.url
     return http, user
 
 

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import re
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from types import SimpleNamespace
 
 import pytest
 
-from terminals.models import AuditEvent
+from terminals.models import AuditEvent, TerminalSession
 
 from .client import Api
 from .conftest import make_key
-from .servers import start_embedded, wait_for
+from .servers import start_embedded, start_split, wait_for
 
 MAX_PER_USER = 3
 MAX_INPUT_BYTES = 1024
@@ -31,14 +33,16 @@ def names_field(error: dict, field: str) -> bool:
     return details.get("field") == field or field in (details.get("fields") or {})
 
 
-@pytest.fixture(scope="module")
-def limited(tmp_path_factory, django_db_setup):
-    """An embedded server of its own with tight limits and a cwd root holding a symlink that leads out of it."""
+@pytest.fixture(scope="module", params=["embedded", "split"])
+def limited(request, tmp_path_factory, django_db_setup):
+    """A deployment of its own with tight limits and a cwd root holding a symlink that leads out of it: an embedded
+    server, or a split one whose two workers must hold one user to one limit."""
     root = tmp_path_factory.mktemp("cwd-root").resolve()
     (root / "inside" / "deeper").mkdir(parents=True)
     outside = tmp_path_factory.mktemp("outside").resolve()
     (root / "escape").symlink_to(outside)
-    server = start_embedded(
+    start = start_embedded if request.param == "embedded" else partial(start_split, webs=1, workers=2)
+    server = start(
         TERMINALS_CWD_ROOT=str(root),
         TERMINALS_MAX_PER_USER=str(MAX_PER_USER),
         TERMINALS_MAX_INPUT_BYTES=str(MAX_INPUT_BYTES),
@@ -123,6 +127,26 @@ def test_terminal_limit_per_user(limited, orm):
     finally:
         first.cleanup()
         second.cleanup()
+
+
+def test_terminal_limit_per_user_holds_for_concurrent_creates(limited, orm):
+    """Twelve creates of one user at once, spread over the workers, start exactly the user's limit of terminals;
+    the rest are refused with 429 LIMIT_REACHED. Counting and starting apart let every create pass a count that
+    none of the others had yet added to."""
+    owner, key = make_key(name="burst")
+    api = Api(limited.server.url, key)
+    try:
+        with ThreadPoolExecutor(12) as pool:
+            answers = list(pool.map(lambda _: api.post("/api/terminals", json={"command": "sleep", "args": ["60"]}),
+                                    range(12)))
+        created = [answer for answer in answers if answer.status_code == 201]
+        refused = [answer for answer in answers if answer.status_code != 201]
+        assert len(created) == MAX_PER_USER, [answer.status_code for answer in answers]
+        assert {(answer.status_code, answer.json()["error"]["code"]) for answer in refused} == {(429, "LIMIT_REACHED")}
+        assert TerminalSession.objects.active().filter(owner=owner).count() == MAX_PER_USER
+        assert api.get("/api/terminals").json()["data"]["count"] == MAX_PER_USER
+    finally:
+        api.cleanup()
 
 
 def test_env_over_limit_is_refused(limited, user):

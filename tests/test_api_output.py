@@ -43,9 +43,9 @@ def print_and_hold(api: Api, terminal: str, command: str, last_line: str) -> int
 
 
 @pytest.fixture(scope="module")
-def numbered(embedded_server, keys):
+def numbered(server, keys):
     """Alice's terminal that printed "1" .. "100" and then went quiet: (client, terminal id, number of line "1")."""
-    api = Api(embedded_server.url, keys["alice"])
+    api = Api(server.url, keys["alice"])
     terminal = api.create(shell="/bin/bash")["terminalId"]
     first = print_and_hold(api, terminal, f"seq 1 {NUMBERED}", str(NUMBERED))
     yield api, terminal, first

@@ -53,6 +53,7 @@ def list_terminals(server_url: str, key: str) -> requests.Response:
 # create_api_key
 
 
+# The key tests use the embedded server: the command writes the database, which every deployment reads alike.
 def test_create_api_key_prints_a_working_key(orm, embedded_server):
     """create_api_key makes the user, prints the key alone on the last line, and the key works."""
     name = username()
@@ -79,12 +80,12 @@ def test_create_api_key_adds_a_key_to_an_existing_user(orm, embedded_server):
         assert list_terminals(embedded_server.url, key).status_code == 200
 
 
-def test_create_api_key_staff_makes_a_staff_user(orm, embedded_server, alice):
+def test_create_api_key_staff_makes_a_staff_user(orm, server, alice):
     """--staff makes the user staff, and the key sees other users' terminals."""
     key, _ = create_api_key(username(), "--staff")
     assert ApiKey.objects.for_key(key).user.is_staff is True
     terminal = alice.create()["terminalId"]
-    listed = list_terminals(embedded_server.url, key).json()["data"]["terminals"]
+    listed = list_terminals(server.url, key).json()["data"]["terminals"]
     assert terminal in [item["terminalId"] for item in listed]
 
 

@@ -636,20 +636,20 @@ def follow_until(api: Api, terminal: str, end: int, headers: dict) -> list[dict]
     raise AssertionError(f"the follow stream ended before byte {end}: {events}")
 
 
-def test_live_replay_honours_the_output_byte_limit_while_another_client_watches(embedded_server, keys):
+def test_live_replay_honours_the_output_byte_limit_while_another_client_watches(server, keys):
     """A terminal with outputByteLimit 101 prints 400 bytes while a client watches (so the output kept for
     watchers holds all of it): a WebSocket client and a follow stream that then ask for byte 0 get a gap and no
     more than the newest 101 bytes, as every other read does."""
-    limit, api = 101, Api(embedded_server.url, keys["alice"])
+    limit, api = 101, Api(server.url, keys["alice"])
     try:
         terminal = api.create(shell="/bin/sh", outputByteLimit=limit)["terminalId"]
 
         async def scenario():
-            watcher = await Live.open(embedded_server.url, terminal, keys["alice"])
+            watcher = await Live.open(server.url, terminal, keys["alice"])
             api.send(terminal, "i=0; while [ $i -lt 40 ]; do printf 'line-%03d\\n' $i; i=$((i+1)); done; sleep 60")
             await watcher.until_text("line-039")
             end = stats(api, terminal)["totalBytes"]
-            late = await Live.open(embedded_server.url, terminal, keys["alice"], fromByte=0)
+            late = await Live.open(server.url, terminal, keys["alice"], fromByte=0)
             await late.until(lambda it: it.next >= end, f"byte {end}")
             await late.close()
             events = await asyncio.to_thread(follow_until, api, terminal, end, {"Last-Event-ID": "0"})
@@ -668,17 +668,17 @@ def test_live_replay_honours_the_output_byte_limit_while_another_client_watches(
 
 
 
-def test_live_client_resuming_after_a_pause_gets_every_byte_beyond_a_small_output_limit(embedded_server, keys):
+def test_live_client_resuming_after_a_pause_gets_every_byte_beyond_a_small_output_limit(server, keys):
     """A client that stops acknowledging is paused; when it acknowledges after the program printed 6 MB into a
     terminal that keeps 1 KiB, it resumes from where it was paused with no gap: the output kept for attached
     clients serves it, and the terminal's limit bounds only what a new client replays."""
-    api = Api(embedded_server.url, keys["alice"])
+    api = Api(server.url, keys["alice"])
     try:
         flood = "read go; head -c 4500000 /dev/zero | base64 -w 76; echo flood-''end"
         terminal = api.create(command="sh", args=["-c", flood], outputByteLimit=1024)["terminalId"]
 
         async def scenario():
-            live = await Live.open(embedded_server.url, terminal, keys["alice"])
+            live = await Live.open(server.url, terminal, keys["alice"])
             await asyncio.to_thread(api.send, terminal, "go")
             paused = await live.next_of("paused")
             await asyncio.to_thread(api.wait_status, terminal, "exited", 60)
@@ -770,15 +770,15 @@ class Tmux:
         subprocess.run(["tmux", "-L", self.socket, "kill-server"], env=self.env, capture_output=True, timeout=10)
 
 
-def test_live_attach_cli_types_resizes_and_detaches(embedded_server, keys, tmp_path):
+def test_live_attach_cli_types_resizes_and_detaches(server, keys, tmp_path):
     """`manage.py attach` in a 100x30 terminal: typed commands run remotely, the remote PTY takes the local size,
     and ctrl-] detaches with status 0, leaving the terminal running."""
-    api = Api(embedded_server.url, keys["alice"])
+    api = Api(server.url, keys["alice"])
     tmux = None
     try:
         terminal = api.create(shell="/bin/bash", cols=80, rows=24)["terminalId"]
         command = shlex.join([sys.executable, str(ROOT / "manage.py"), "attach", terminal,
-                              "--url", embedded_server.url, "--key", keys["alice"]])
+                              "--url", server.url, "--key", keys["alice"]])
         status = tmp_path / "status"  # the command's exit status, written once it has ended
         tmux = Tmux(f"cd {shlex.quote(str(ROOT))} && {command}; echo $? > {shlex.quote(str(status))}", service_env())
         # capture-pane drops trailing blanks: the prompt is a line ending with # or $.
@@ -818,54 +818,54 @@ def attach_cli(server, key: str, terminal: str, stdin, *options: str) -> subproc
         return subprocess.run(command, stdin=source, capture_output=True, cwd=ROOT, env=service_env(), timeout=60)
 
 
-def test_live_attach_cli_types_a_pipe_and_exits_with_the_remote_exit_code(embedded_server, keys, tmp_path):
+def test_live_attach_cli_types_a_pipe_and_exits_with_the_remote_exit_code(server, keys, tmp_path):
     """Piped into `manage.py attach`, the lines run in the remote shell, their output is printed, and the command
     exits with the shell's exit code, or 128 + N when a signal N killed it, as ssh does; a file or /dev/null on
     standard input works too."""
-    api = Api(embedded_server.url, keys["alice"])
+    api = Api(server.url, keys["alice"])
     try:
         terminal = api.create(shell="/bin/bash")["terminalId"]
-        done = attach_cli(embedded_server, keys["alice"], terminal, b"echo hi-$((40+2))\nexit 5\n")
+        done = attach_cli(server, keys["alice"], terminal, b"echo hi-$((40+2))\nexit 5\n")
         assert done.returncode == 5, done
         assert b"hi-42" in done.stdout, done
 
         terminal = api.create(shell="/bin/bash")["terminalId"]
-        done = attach_cli(embedded_server, keys["alice"], terminal, b"kill -KILL $$\n")
+        done = attach_cli(server, keys["alice"], terminal, b"kill -KILL $$\n")
         assert done.returncode == 128 + 9, done
 
         script = tmp_path / "script"
         script.write_bytes(b"echo from-$((6*7))-file\nexit 7\n")
         terminal = api.create(shell="/bin/bash")["terminalId"]
-        done = attach_cli(embedded_server, keys["alice"], terminal, script)
+        done = attach_cli(server, keys["alice"], terminal, script)
         assert (done.returncode, b"from-42-file" in done.stdout) == (7, True), done
 
         # An ended terminal whose output is still held replays it and exits with its code at once.
         terminal = api.create(command="sh", args=["-c", "echo bye; exit 3"])["terminalId"]
         api.wait_status(terminal, "exited")
-        done = attach_cli(embedded_server, keys["alice"], terminal, b"", "--view")
+        done = attach_cli(server, keys["alice"], terminal, b"", "--view")
         assert (done.returncode, b"bye" in done.stdout) == (3, True), done
-        done = attach_cli(embedded_server, keys["alice"], terminal, "/dev/null")
+        done = attach_cli(server, keys["alice"], terminal, "/dev/null")
         assert (done.returncode, b"bye" in done.stdout) == (3, True), done
     finally:
         api.cleanup()
 
 
-def test_live_attach_cli_says_in_words_why_it_could_not_attach(embedded_server, keys):
+def test_live_attach_cli_says_in_words_why_it_could_not_attach(server, keys):
     """A refused attach ends with status 255 and a sentence saying what happened and what to do, not a code."""
-    api = Api(embedded_server.url, keys["alice"])
+    api = Api(server.url, keys["alice"])
     try:
         unknown = str(uuid.uuid4())
-        done = attach_cli(embedded_server, keys["alice"], unknown, b"")
+        done = attach_cli(server, keys["alice"], unknown, b"")
         assert done.returncode == 255, done
         assert f"no terminal {unknown} is visible to this key".encode() in done.stderr, done
         assert b"GET /api/terminals" in done.stderr and b"4404" not in done.stderr, done
 
         terminal = api.create(shell="/bin/bash")["terminalId"]
-        done = attach_cli(embedded_server, "not-a-key", terminal, b"")
+        done = attach_cli(server, "not-a-key", terminal, b"")
         assert done.returncode == 255 and b"did not accept the API key" in done.stderr, done
 
         assert api.delete(f"/api/terminals/{terminal}").status_code == 200
-        done = attach_cli(embedded_server, keys["alice"], terminal, b"")
+        done = attach_cli(server, keys["alice"], terminal, b"")
         assert done.returncode == 255, done
         assert f"terminal {terminal} has ended and its output is no longer held".encode() in done.stderr, done
 

@@ -60,6 +60,7 @@ def load_schema(server, mode: str):
     return schemathesis.openapi.from_url(f"{server.url}/api/schema/?format=json", config=config)
 
 
+# Embedded only: the fuzzing takes minutes, and the validation it searches is the web code both deployments share.
 @pytest.fixture(scope="module")
 def api_schema(embedded_server):
     """The served document, generating valid and invalid requests."""

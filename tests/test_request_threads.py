@@ -42,6 +42,7 @@ def test_idle_executors_are_closed():
         first.submit(lambda: None)
 
 
+# Embedded only: these count the threads of the one process that serves requests and owns the terminals.
 def test_sequential_requests_start_no_threads(embedded_server, keys):
     api = Api(embedded_server.url, keys["alice"])
     pid = embedded_server.processes[0].pid

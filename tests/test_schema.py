@@ -35,7 +35,7 @@ KEYED_OPERATIONS = [
 
 
 @pytest.fixture(scope="module")
-def document(embedded_server) -> dict:
+def document(embedded_server) -> dict:  # embedded only: one document, served by the same web code in both deployments
     response = requests.get(f"{embedded_server.url}/api/schema/", params={"format": "json"}, timeout=30)
     assert response.status_code == 200, response.text
     return response.json()
@@ -70,10 +70,11 @@ def problems(validator: Draft202012Validator, body) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def real_responses(embedded_server, keys) -> dict[str, tuple[str, str, int, object]]:
-    """One real response of each operation, by name: (documented path, method, status, JSON body)."""
-    api = Api(embedded_server.url, keys["alice"])
-    anonymous = Api(embedded_server.url, None)
+def real_responses(server, keys) -> dict[str, tuple[str, str, int, object]]:
+    """One real response of each operation, by name: (documented path, method, status, JSON body), from each
+    deployment: a split worker's answers must match the document as the embedded server's do."""
+    api = Api(server.url, keys["alice"])
+    anonymous = Api(server.url, None)
     seen: dict[str, tuple[str, str, int, object]] = {}
 
     def record(name, path, method, response):
