@@ -161,8 +161,8 @@ def raw_follow(api: Api, terminal: str, until: str, params: dict | None = None) 
     with api.get(f"/api/terminals/{terminal}/output", params={"follow": "true", **(params or {})}, stream=True,
                  timeout=(5, 20)) as response:
         assert response.status_code == 200, response.text
-        for piece in response.iter_content(chunk_size=None, decode_unicode=True):
-            text += piece
+        for line in response.iter_lines(chunk_size=1, decode_unicode=True):
+            text += line + "\n"
             if until in text:
                 return text
     raise AssertionError(f"the stream ended before {until!r}: {text[-500:]!r}")
@@ -175,7 +175,7 @@ def test_follow_starts_with_retry_and_is_audited(embedded_server, keys, orm):
     try:
         terminal = api.create(command="sh", args=["-c", "echo followed; sleep 600"], cwd="/tmp")["terminalId"]
         api.wait_output(terminal, lambda out: "followed" in out)
-        text = raw_follow(api, terminal, "followed", {"fromByte": 3})
+        text = raw_follow(api, terminal, "lowed", {"fromByte": 3})
         assert text.startswith("retry: 1000\n\n"), text[:80]
         assert text.index("retry: 1000") < text.index("event: attached")
         rows = list(AuditEvent.objects.filter(terminal_id=uuid.UUID(terminal), action="follow"))
