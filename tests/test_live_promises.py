@@ -185,6 +185,38 @@ def test_follow_starts_with_retry_and_is_audited(embedded_server, keys, orm):
 
 
 @pytest.fixture(scope="module")
+def quick_keepalive_server(django_db_setup):
+    """An embedded server whose follow streams send a keepalive comment after 300 ms without output."""
+    server = start_embedded(TERMINALS_SSE_KEEPALIVE_MS="300")
+    yield server
+    server.stop()
+
+
+def test_follow_sends_keepalive_comments_while_the_terminal_is_silent(quick_keepalive_server, keys):
+    """A follow stream of a silent terminal carries `: keepalive` comments, and output still comes after them."""
+    api = Api(quick_keepalive_server.url, keys["alice"])
+    try:
+        terminal = api.create(command="sh", args=["-c", "read line; echo got-$line; sleep 600"], cwd="/tmp")[
+            "terminalId"]
+        lines, typed = [], False
+        # A read timeout of 5 s: far above the 300 ms keepalive, far below the default 15 s one.
+        with api.get(f"/api/terminals/{terminal}/output", params={"follow": "true"}, stream=True,
+                     timeout=(5, 5)) as response:
+            assert response.status_code == 200, response.text
+            for line in response.iter_lines(chunk_size=1, decode_unicode=True):
+                lines.append(line)
+                if lines.count(": keepalive") == 2 and not typed:
+                    api.send(terminal, "after")
+                    typed = True
+                if "got-after" in line:
+                    break
+        assert lines.count(": keepalive") >= 2, lines
+        assert lines.index(": keepalive") < next(i for i, line in enumerate(lines) if "got-after" in line)
+    finally:
+        api.cleanup()
+
+
+@pytest.fixture(scope="module")
 def small_buffer_server(django_db_setup):
     """An embedded server that keeps only 64 KiB of output per terminal."""
     server = start_embedded(TERMINALS_MAX_BUFFER_BYTES="65536")
