@@ -223,6 +223,8 @@ TERMINALS = {
     "MAX_READ_BYTES": env_int("TERMINALS_MAX_READ_BYTES", 1 << 20, minimum=1),
     "WORKER_TIMEOUT_MS": env_int("TERMINALS_WORKER_TIMEOUT_MS", 5000, minimum=100),
     "HEARTBEAT_INTERVAL_MS": env_int("TERMINALS_HEARTBEAT_INTERVAL_MS", 5000, minimum=100),
+    # How long a follow stream (SSE) stays silent before a keepalive comment, so proxies keep it open.
+    "SSE_KEEPALIVE_MS": env_int("TERMINALS_SSE_KEEPALIVE_MS", 15000, minimum=100),
     # Who terminals run as (terminals/environment.py, run_as_policy): unset = "per-user" when the service runs
     # as root, else "service"; "per-user" = an account per Django user, made on first use; "service" (or
     # empty, the old spelling) = the service's own account, users not separated; any other name = that account.

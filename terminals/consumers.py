@@ -20,7 +20,7 @@ from django.http.request import validate_host
 
 from . import json_input, protocol, sessions, worker_client, worker_watch
 from .audit import Actor, audit
-from .exceptions import ServiceError, TerminalInactive, TerminalNotFound, WorkerUnavailable
+from .exceptions import InvalidInput, ServiceError, TerminalInactive, TerminalNotFound, WorkerUnavailable
 from .models import ApiKey
 from .runtime.buffer import decode
 
@@ -166,14 +166,16 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         try:
             await handler(frame)
         except ServiceError as error:
+            if kind == "input":  # as POST .../input does, a refused input leaves its own row
+                await self._audit_input_refusal(error)
             await self._error(error.default_code, error.message)
 
     async def _input(self, frame: dict) -> None:
         data = frame.get("data")
         if not isinstance(data, str):
-            return await self._error("INVALID_INPUT", "input: data must be a string")
+            raise InvalidInput("input: data must be a string")
         if len(data.encode("utf-8", errors="surrogatepass")) > settings.TERMINALS["MAX_INPUT_BYTES"]:
-            return await self._error("INVALID_INPUT", f"input: longer than {settings.TERMINALS['MAX_INPUT_BYTES']} bytes")
+            raise InvalidInput(f"input: longer than {settings.TERMINALS['MAX_INPUT_BYTES']} bytes")
         if self.exit_offset is not None:
             raise TerminalInactive(f"Terminal {self.terminal_id} has ended")
         # The keystroke path: the terminal and its worker are known since the attach, so
@@ -305,6 +307,13 @@ class TerminalConsumer(AsyncWebsocketConsumer):
 
     async def _error(self, code: str, message: str) -> None:
         await self._send({"type": "error", "code": code, "message": message})
+
+    async def _audit_input_refusal(self, error: ServiceError) -> None:
+        try:
+            await database_sync_to_async(audit)(self.actor, "input", outcome=error.default_code,
+                                                terminal_id=self.terminal_id, message=error.message)
+        except ServiceError:
+            logger.exception("auditing a refused input frame failed")  # the refusal is still answered
 
     async def _audit_refusal(self, code: str) -> None:
         actor = getattr(self, "actor", None) or Actor(source=(self.scope.get("client") or [""])[0] or "")

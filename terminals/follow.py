@@ -7,14 +7,13 @@ import json
 import logging
 
 from channels.layers import get_channel_layer
+from django.conf import settings
 
 from . import protocol, worker_client, worker_watch
 from .exceptions import ServiceError
 from .runtime.buffer import decode
 
 logger = logging.getLogger(__name__)
-
-KEEPALIVE_SECONDS = 15.0
 
 
 def event(name: str, data: dict, event_id: int | None = None) -> str:
@@ -34,13 +33,14 @@ async def follow(terminal_id: str, worker_channel: str, from_byte: int | None):
         yield event("error", {"code": error.default_code, "message": error.message})
         return
     expected = attached["fromByte"]
+    keepalive = settings.TERMINALS["SSE_KEEPALIVE_MS"] / 1000
     yield "retry: 1000\n\n" + event("attached", attached, expected)
     watcher = _WorkerWatcher(layer, channel)
     worker_watch.watch(terminal_id, watcher)
     try:
         while True:
             try:
-                message = await asyncio.wait_for(layer.receive(channel), KEEPALIVE_SECONDS)
+                message = await asyncio.wait_for(layer.receive(channel), keepalive)
             except TimeoutError:
                 yield ": keepalive\n\n"
                 continue
