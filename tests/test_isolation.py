@@ -249,3 +249,33 @@ def test_a_terminal_sees_none_of_the_services_settings_or_secrets(server, keys):
     assert names <= {"PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "TERM", "PAGER",
                      "GIT_PAGER", "SHELL", "TERMINALS_TERMINAL_ID", "PWD", "OLDPWD", "SHLVL", "_", "LINES", "COLUMNS",
                      "PS1", "PS2", "PROMPT_COMMAND", "HISTCONTROL"}, names
+
+
+# Without writable cgroups (TERMINALS_CGROUPS=false makes the worker see none, as a machine without them would)
+
+FALLBACK_PROCESSES = 77
+FALLBACK_MEMORY_MB = 900
+
+
+def test_without_cgroups_processes_and_memory_fall_back_to_rlimits_and_health_says_so(keys):
+    """With no cgroup controller, a terminal of an unprivileged account gets RLIMIT_NPROC for its processes and
+    RLIMIT_AS for its memory, joins no control group, and /api/health names the fallback and why."""
+    server = start_embedded(TERMINALS_CGROUPS="false", TERMINALS_RUN_AS="nobody",
+                            TERMINALS_LIMIT_PROCESSES=str(FALLBACK_PROCESSES),
+                            TERMINALS_LIMIT_MEMORY_MB=str(FALLBACK_MEMORY_MB))
+    api = Api(server.url, keys["alice"])
+    try:
+        isolation = _health(api)["worker"]["isolation"]
+        assert isolation["cgroups"]["controllers"] == [], isolation
+        assert isolation["cgroups"]["problem"], isolation
+        assert isolation["limits"]["processesEnforcedBy"].startswith("rlimit"), isolation
+        assert isolation["limits"]["memoryEnforcedBy"].startswith("rlimit"), isolation
+
+        terminal = api.create(cwd="/tmp")["terminalId"]
+        result = _command(api, terminal, "ulimit -u; ulimit -v")
+        assert result["exitCode"] == 0, result
+        assert result["output"].split() == [str(FALLBACK_PROCESSES), str(FALLBACK_MEMORY_MB * 1024)]
+        assert _terminal_groups(terminal) == []
+    finally:
+        api.cleanup()
+        server.stop()
