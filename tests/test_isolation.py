@@ -279,3 +279,52 @@ def test_without_cgroups_processes_and_memory_fall_back_to_rlimits_and_health_sa
     finally:
         api.cleanup()
         server.stop()
+
+
+CPU_CORES = 0.2
+CPU_PERIOD_US = 100_000
+
+
+def _cpu_stat(group: Path) -> dict[str, int]:
+    return {name: int(value) for name, value in (line.split() for line in (group / "cpu.stat").read_text().splitlines())}
+
+
+def _group_cpu_us(group: Path) -> float:
+    """CPU time used so far by the processes in the group (user and system), in microseconds."""
+    ticks = 0
+    for pid in (group / "cgroup.procs").read_text().split():
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks * 1_000_000 / os.sysconf("SC_CLK_TCK")
+
+
+def test_the_cpu_limit_holds_a_busy_loop_to_its_quota(django_db_setup, keys):
+    """TERMINALS_LIMIT_CPU_CORES: the terminal's cpu group gets the quota, and a busy loop is throttled to it:
+    over the periods the group counts, it uses no more CPU than the quota allows."""
+    server = start_embedded(TERMINALS_LIMIT_CPU_CORES=str(CPU_CORES))
+    api = Api(server.url, keys["alice"])
+    try:
+        terminal = api.create(cwd="/tmp")["terminalId"]
+        (group,) = [path for path in _terminal_groups(terminal) if path.parent.parent.name == "cpu"]
+        quota = int(CPU_CORES * CPU_PERIOD_US)
+        assert (group / "cpu.cfs_period_us").read_text().strip() == str(CPU_PERIOD_US)
+        assert (group / "cpu.cfs_quota_us").read_text().strip() == str(quota)
+
+        api.send(terminal, "while :; do :; done")
+        wait_for(lambda: _cpu_stat(group)["nr_throttled"] > 0, 20, "the busy loop to be throttled")
+        before, used_before = _cpu_stat(group), _group_cpu_us(group)
+        wait_for(lambda: _cpu_stat(group)["nr_periods"] >= before["nr_periods"] + 30, 30, "30 more periods")
+        after, used_after = _cpu_stat(group), _group_cpu_us(group)
+        periods = after["nr_periods"] - before["nr_periods"]
+        used = used_after - used_before
+        assert after["nr_throttled"] > before["nr_throttled"]
+        # A clock tick of slack on each side of the reading (10 ms each), and one period's worth.
+        slack = 2 * 1_000_000 / os.sysconf("SC_CLK_TCK") + quota
+        assert 0 < used <= periods * quota + slack, (used, periods)
+    finally:
+        api.cleanup()
+        server.stop()
