@@ -2,11 +2,11 @@
 
 import os
 import signal
-import uuid
-from pathlib import Path
 import sys
 import time
+import uuid
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 
