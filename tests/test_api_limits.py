@@ -293,3 +293,60 @@ def test_input_limit_accepts_input_of_exactly_the_limit(limited, user):
     response = api.post(f"/api/terminals/{terminal}/input", json={"input": exact})
     assert response.status_code == 200, response.text
     api.wait_output(terminal, lambda out: "w" * 1019 in [clean(line) for line in out.split("\n")], what="the long echo")
+
+
+# Which shells may run, and how many terminals one worker holds
+
+MAX_TOTAL = 2
+ONLY_SHELL = "/bin/bash"
+
+
+@pytest.fixture(scope="module")
+def capped(django_db_setup):
+    """An embedded server (one worker) that allows one shell and holds at most MAX_TOTAL terminals in all."""
+    server = start_embedded(TERMINALS_ALLOWED_SHELLS=ONLY_SHELL, TERMINALS_MAX_TOTAL=str(MAX_TOTAL))
+    yield server
+    server.stop()
+
+
+def test_a_shell_outside_the_allowed_ones_is_refused_naming_them(capped, orm):
+    """TERMINALS_ALLOWED_SHELLS: /bin/sh (in /etc/shells, but not allowed here) gets 400 naming the allowed shell,
+    an audit row, and nothing runs; the allowed shell still starts."""
+    record, key = make_key(name="shells")
+    api = Api(capped.url, key)
+    try:
+        refused = api.post("/api/terminals", json={"shell": "/bin/sh"})
+        assert refused.status_code == 400, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == "INVALID_INPUT"
+        assert error["details"]["allowed"] == [ONLY_SHELL]
+        assert AuditEvent.objects.filter(user=record, action="create", outcome="INVALID_INPUT").count() == 1
+        assert api.get("/api/terminals").json()["data"]["count"] == 0
+
+        allowed = api.create(shell="bash")["terminalId"]
+        assert api.run(allowed, "echo allowed-$((1+1))") == "allowed-2"
+    finally:
+        api.cleanup()
+
+
+def test_the_worker_total_is_reached_across_users_and_an_end_frees_a_slot(capped, orm):
+    """TERMINALS_MAX_TOTAL: the creation past it, by any user, gets 429 LIMIT_REACHED, audited; ending one
+    terminal frees a slot for another user."""
+    first_user, first_key = make_key(name="total")
+    second_user, second_key = make_key(name="total")
+    first, second = Api(capped.url, first_key), Api(capped.url, second_key)
+    try:
+        held = [first.create(shell=ONLY_SHELL)["terminalId"], second.create(shell=ONLY_SHELL)["terminalId"]]
+        refused = second.post("/api/terminals", json={"shell": ONLY_SHELL})
+        assert refused.status_code == 429, refused.text
+        assert refused.json()["error"]["code"] == "LIMIT_REACHED"
+        assert AuditEvent.objects.filter(user=second_user, action="create", outcome="LIMIT_REACHED").count() == 1
+        assert first.run(held[0], "echo held-$((1+2))") == "held-3"
+
+        assert first.delete(f"/api/terminals/{held[0]}").status_code == 200
+        freed = second.create(shell=ONLY_SHELL)["terminalId"]
+        assert second.run(freed, "echo freed-$((2+2))") == "freed-4"
+        assert first.post("/api/terminals", json={"shell": ONLY_SHELL}).status_code == 429
+    finally:
+        first.cleanup()
+        second.cleanup()

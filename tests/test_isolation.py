@@ -57,7 +57,7 @@ def _marked(terminal_id: str) -> list[int]:
 
 def _command(api: Api, terminal_id: str, command: str, timeout_ms: int = 10_000) -> dict:
     response = api.post(f"/api/terminals/{terminal_id}/commands", json={"command": command, "timeoutMs": timeout_ms})
-    assert response.status_code in (200, 201), response.text
+    assert response.status_code == 200, response.text
     return response.json()["data"]
 
 
@@ -250,3 +250,82 @@ def test_a_terminal_sees_none_of_the_services_settings_or_secrets(server, keys):
     assert names <= {"PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "TERM", "PAGER",
                      "GIT_PAGER", "SHELL", "TERMINALS_TERMINAL_ID", "PWD", "OLDPWD", "SHLVL", "_", "LINES", "COLUMNS",
                      "PS1", "PS2", "PROMPT_COMMAND", "HISTCONTROL"}, names
+
+
+# Without writable cgroups (TERMINALS_CGROUPS=false makes the worker see none, as a machine without them would)
+
+FALLBACK_PROCESSES = 77
+FALLBACK_MEMORY_MB = 900
+
+
+def test_without_cgroups_processes_and_memory_fall_back_to_rlimits_and_health_says_so(keys):
+    """With no cgroup controller, a terminal of an unprivileged account gets RLIMIT_NPROC for its processes and
+    RLIMIT_AS for its memory, joins no control group, and /api/health names the fallback and why."""
+    server = start_embedded(TERMINALS_CGROUPS="false", TERMINALS_RUN_AS="nobody",
+                            TERMINALS_LIMIT_PROCESSES=str(FALLBACK_PROCESSES),
+                            TERMINALS_LIMIT_MEMORY_MB=str(FALLBACK_MEMORY_MB))
+    api = Api(server.url, keys["alice"])
+    try:
+        isolation = _health(api)["worker"]["isolation"]
+        assert isolation["cgroups"]["controllers"] == [], isolation
+        assert isolation["cgroups"]["problem"], isolation
+        assert isolation["limits"]["processesEnforcedBy"].startswith("rlimit"), isolation
+        assert isolation["limits"]["memoryEnforcedBy"].startswith("rlimit"), isolation
+
+        terminal = api.create(cwd="/tmp")["terminalId"]
+        result = _command(api, terminal, "ulimit -u; ulimit -v")
+        assert result["exitCode"] == 0, result
+        assert result["output"].split() == [str(FALLBACK_PROCESSES), str(FALLBACK_MEMORY_MB * 1024)]
+        assert _terminal_groups(terminal) == []
+    finally:
+        api.cleanup()
+        server.stop()
+
+
+CPU_CORES = 0.2
+CPU_PERIOD_US = 100_000
+
+
+def _cpu_stat(group: Path) -> dict[str, int]:
+    return {name: int(value) for name, value in (line.split() for line in (group / "cpu.stat").read_text().splitlines())}
+
+
+def _group_cpu_us(group: Path) -> float:
+    """CPU time used so far by the processes in the group (user and system), in microseconds."""
+    ticks = 0
+    for pid in (group / "cgroup.procs").read_text().split():
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks * 1_000_000 / os.sysconf("SC_CLK_TCK")
+
+
+def test_the_cpu_limit_holds_a_busy_loop_to_its_quota(django_db_setup, keys):
+    """TERMINALS_LIMIT_CPU_CORES: the terminal's cpu group gets the quota, and a busy loop is throttled to it:
+    over the periods the group counts, it uses no more CPU than the quota allows."""
+    server = start_embedded(TERMINALS_LIMIT_CPU_CORES=str(CPU_CORES))
+    api = Api(server.url, keys["alice"])
+    try:
+        terminal = api.create(cwd="/tmp")["terminalId"]
+        (group,) = [path for path in _terminal_groups(terminal) if path.parent.parent.name == "cpu"]
+        quota = int(CPU_CORES * CPU_PERIOD_US)
+        assert (group / "cpu.cfs_period_us").read_text().strip() == str(CPU_PERIOD_US)
+        assert (group / "cpu.cfs_quota_us").read_text().strip() == str(quota)
+
+        api.send(terminal, "while :; do :; done")
+        wait_for(lambda: _cpu_stat(group)["nr_throttled"] > 0, 20, "the busy loop to be throttled")
+        before, used_before = _cpu_stat(group), _group_cpu_us(group)
+        wait_for(lambda: _cpu_stat(group)["nr_periods"] >= before["nr_periods"] + 30, 30, "30 more periods")
+        after, used_after = _cpu_stat(group), _group_cpu_us(group)
+        periods = after["nr_periods"] - before["nr_periods"]
+        used = used_after - used_before
+        assert after["nr_throttled"] > before["nr_throttled"]
+        # A clock tick of slack on each side of the reading (10 ms each), and one period's worth.
+        slack = 2 * 1_000_000 / os.sysconf("SC_CLK_TCK") + quota
+        assert 0 < used <= periods * quota + slack, (used, periods)
+    finally:
+        api.cleanup()
+        server.stop()

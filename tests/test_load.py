@@ -28,6 +28,9 @@ TERMINALS = 50
 CLIENTS = 20
 # What each client does, in turn: input (one audit row each), reads, the list, commands (two rows each: sent, end).
 STEPS = ("input", "output", "input", "list", "command", "input", "detail", "output")
+# The least each client must do for the minute to count as load: a request a second on average, each client at
+# the same time as the 19 others, so at least 20 requests/s in all (a loaded 2-core machine makes over 90).
+MIN_REQUESTS_PER_CLIENT_SECOND = 1.0
 
 
 class Client(threading.Thread):
@@ -44,8 +47,16 @@ class Client(threading.Thread):
         self.inputs: list[str] = []  # each input and command that succeeded, as the audit must record it
         self.commands: list[str] = []
         self.failures: list[str] = []
+        self.crashed: BaseException | None = None  # a client that died would quietly take its load away
+        self.last_answered = 0.0
 
     def run(self) -> None:
+        try:
+            self.load()
+        except BaseException as error:  # noqa: BLE001 - reported by the test
+            self.crashed = error
+
+    def load(self) -> None:
         step = 0
         while time.monotonic() < self.until:
             kind = STEPS[(self.number + step) % len(STEPS)]
@@ -73,6 +84,7 @@ class Client(threading.Thread):
     def call(self, method: str, path: str, **kwargs) -> requests.Response:
         response = self.http.request(method, f"{self.url}{path}", timeout=120, **kwargs)
         self.statuses[response.status_code] += 1
+        self.last_answered = time.monotonic()
         if response.status_code != 200:
             self.failures.append(f"{method} {path}: {response.status_code} {response.text[:300]}")
         return response
@@ -98,6 +110,17 @@ def test_fifty_terminals_and_twenty_clients_for_a_minute_lose_no_audit_row():
         run.join()
     for name, error in failures.items():
         raise AssertionError(f"under load on {name}: {error}") from error
+
+
+def assert_the_load_was_real(clients: list[Client], until: float) -> None:
+    """Every client ran the whole minute, alongside the others, at a request a second or more, inputs and
+    commands included."""
+    assert [repr(client.crashed) for client in clients if client.crashed] == []
+    assert [client.name for client in clients if client.last_answered < until] == [], "a client stopped early"
+    least = MIN_REQUESTS_PER_CLIENT_SECOND * DURATION
+    made = {client.name: sum(client.statuses.values()) for client in clients}
+    assert {name: count for name, count in made.items() if count < least} == {}, f"fewer than {least:.0f} requests"
+    assert [client.name for client in clients if not (client.inputs and client.commands)] == []
 
 
 def fresh_postgres_database(url: str) -> str:
@@ -146,7 +169,7 @@ def run_load(database_url: str) -> None:
         failures = [failure for client in clients for failure in client.failures]
         assert not [status for status in statuses if status >= 500], failures[:20]
         assert set(statuses) == {200}, failures[:20]
-        assert sum(inputs.values()) > CLIENTS and sum(commands.values()) > CLIENTS  # the load was real
+        assert_the_load_was_real(clients, started + DURATION)
 
         with ThreadPoolExecutor(10) as pool:
             ended = list(pool.map(lambda terminal: requests.delete(f"{server.url}/api/terminals/{terminal}",

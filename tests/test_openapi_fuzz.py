@@ -116,6 +116,10 @@ class Targets:
         if shell not in self._commands:
             body = {"command": "seq 1 20", "timeoutMs": 10_000}
             response = self.api.post(f"/api/terminals/{shell}/commands", json=body)
+            if response.status_code == 409:
+                # A generated command still holds the shell (an unclosed quote waits for its end): use a fresh one.
+                shell = self.ids["shell"] = self._shell()
+                response = self.api.post(f"/api/terminals/{shell}/commands", json=body)
             assert response.status_code == 200, response.text
             self._commands[shell] = response.json()["data"]["commandId"]
         return self._commands[shell]
@@ -218,7 +222,23 @@ def test_api_answers_generated_requests_as_documented(case, slot, known_command,
     """Any request built from the document, valid or not, gets a documented status, content type and body; no 5xx."""
     prepare(case, targets, slot, known_command)
     response = case.call_and_validate(headers={"X-API-Key": fuzz_key}, checks=CHECKS, timeout=30)
+    if slot == "others" and "id" in (case.path_parameters or {}):
+        answers_like_an_unknown_id(case, response, targets, fuzz_key)
     tidy(case, response, targets)
+
+
+def answers_like_an_unknown_id(case, response, targets: Targets, fuzz_key: str) -> None:
+    """Another user's terminal gets exactly the answer an id that does not exist gets, and is left as it was."""
+    case.path_parameters["id"] = targets.ids["unknown"]
+    unknown = case.call(headers={"X-API-Key": fuzz_key}, timeout=30)
+    assert (response.status_code, error_code(response)) == (unknown.status_code, error_code(unknown)), response.text
+    record = targets.other.get(f"/api/terminals/{targets.ids['others']}").json()["data"]
+    assert (record["status"], record["released"]) == ("active", None), record
+
+
+def error_code(response) -> str | None:
+    body = response.json() if "json" in response.headers.get("Content-Type", "") else {}
+    return (body.get("error") or {}).get("code") if isinstance(body, dict) else None
 
 
 reads = schemathesis.pytest.from_fixture("valid_schema").include(path="/api/terminals/{id}/output", method="GET")

@@ -1,10 +1,12 @@
 """Stopping the service ends every terminal's processes and closes every record, leaving nothing behind."""
 
+import os
 import signal
+import uuid
 
 import pytest
 
-from terminals.models import TerminalSession
+from terminals.models import AuditEvent, TerminalSession
 from terminals.runtime.processes import session_members
 
 from .client import Api
@@ -52,3 +54,45 @@ def test_split_worker_stop_ends_its_terminals(orm, keys):
         assert_all_ended(terminals)
     finally:
         server.stop()
+
+
+def processes_with(marker: str) -> list[int]:
+    """Pids of live (not zombie) processes whose command line carries the marker."""
+    found = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as cmdline:
+                if marker.encode() not in cmdline.read():
+                    continue
+            with open(f"/proc/{name}/stat") as stat:
+                if stat.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    found.append(int(name))
+        except OSError:
+            continue
+    return found
+
+
+def test_sigterm_audits_each_end_and_ends_what_left_the_terminals_sessions(orm, keys):
+    """A clean stop writes one `shutdown` row for each terminal it ends and leaves the `exit` row of one that ended
+    by itself; `nohup` and `setsid` children, outside their terminal's session, end with it."""
+    server = start_embedded()
+    api = Api(server.url, keys["alice"])
+    marker = f"shutdown-escapee-{uuid.uuid4().hex[:8]}"
+    exited = api.create(shell="/bin/bash")["terminalId"]
+    api.send(exited, "exit 7")
+    api.wait_status(exited, "exited")
+    running = api.create(shell="/bin/bash")["terminalId"]
+    # exec -a puts the marker in each escapee's own command line.
+    api.send(running, f"nohup bash -c 'exec -a {marker} sleep 301' >/dev/null 2>&1 & "
+                      f"setsid bash -c 'exec -a {marker} sleep 302' >/dev/null 2>&1 &")
+    wait_for(lambda: len(processes_with(marker)) >= 2, 10, "the nohup and setsid children to start")
+
+    assert server.processes[0].stop(signal.SIGTERM) == 0, server.processes[0].log()
+
+    def ends(terminal):
+        rows = AuditEvent.objects.filter(terminal_id=terminal, action__in=("exit", "shutdown")).order_by("id")
+        return [(row.action, row.details.get("exitCode")) for row in rows]
+
+    assert ends(exited) == [("exit", 7)]
+    assert [action for action, _ in ends(running)] == ["shutdown"]
+    assert processes_with(marker) == [], "a nohup or setsid child outlived the stop"

@@ -1,9 +1,12 @@
 """The split deployment when a worker goes away: fast 503s, lost terminals, and a new worker taking over."""
 
+import os
 import signal
 import sys
 import time
+import uuid
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -113,6 +116,7 @@ MARKER = "TERMINALS_TERMINAL_ID"  # in the environment of every process a termin
 LOST_WITHIN = 30.0  # the promise, at the default heartbeat interval (5 s: lost after three silent ones, 15 s)
 # Two seconds here: the same three silent intervals, in less of the suite's time.
 HEARTBEAT_MS = 2000
+CGROUP_ROOT = Path("/sys/fs/cgroup")
 # Three ways out of the shell's reach: immune to the hangup, a session of its own, a parent that is gone.
 ESCAPES = "nohup sleep 1001 >/dev/null 2>&1 & setsid sleep 1002 & (sleep 1003 &)"
 ESCAPED = {"sleep 1001", "sleep 1002", "sleep 1003"}
@@ -531,6 +535,45 @@ def test_a_creation_its_caller_gave_up_on_never_runs_on_a_worker_whose_clock_run
         fresh = api.create(shell="/bin/bash")["terminalId"]
         listed = api.get("/api/terminals", params={"status": "all"}).json()["data"]["terminals"]
         assert [row["terminalId"] for row in listed] == [fresh], listed
+        api.cleanup()
+    finally:
+        server.stop()
+
+
+def _unmarked_escapee(api: Api, terminal: str, name: str) -> int:
+    """Starts a setsid child without the terminal's environment marker, so only its control groups tie it to the
+    terminal; returns its pid."""
+    api.send(terminal, f"env -u TERMINALS_TERMINAL_ID setsid bash -c 'exec -a {name} sleep 1004' >/dev/null 2>&1 &")
+
+    def started():
+        return [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if command_line(pid).startswith(f"{name} ")]
+
+    (pid,) = wait_for(started, 10, "the unmarked escapee to start")
+    return pid
+
+
+def test_a_new_worker_empties_a_killed_workers_cgroups(orm, keys):
+    """A process that left its terminal's session and dropped the marker is still in the terminal's control groups:
+    SIGKILL the worker, and the next worker starting on this host kills what is in the dead worker's groups and
+    removes them."""
+    server = start_split(webs=1, workers=1, TERMINALS_HEARTBEAT_INTERVAL_MS=str(HEARTBEAT_MS))
+    try:
+        api = Api(server.url, keys["alice"])
+        terminal = api.create(shell="/bin/bash")["terminalId"]
+        escapee = _unmarked_escapee(api, terminal, f"cgroup-escapee-{uuid.uuid4().hex[:8]}")
+        dead = server.process("worker0")
+        groups = [path for path in CGROUP_ROOT.glob(f"*/terminals-worker-{dead.pid}/{terminal}")]
+        assert groups and all(str(escapee) in (group / "cgroup.procs").read_text().split() for group in groups)
+        assert escapee not in marked_processes(MARKER).get(terminal, [])  # only the groups know it
+
+        dead.stop(signal.SIGKILL)
+        assert os.path.exists(f"/proc/{escapee}"), "the escapee should outlive the worker's kill"
+
+        start_worker(server, TERMINALS_HEARTBEAT_INTERVAL_MS=str(HEARTBEAT_MS))
+        wait_for(lambda: not os.path.exists(f"/proc/{escapee}") or command_line(escapee) == "", 10,
+                 "the escapee to be killed")
+        wait_for(lambda: not list(CGROUP_ROOT.glob(f"*/terminals-worker-{dead.pid}")), 10,
+                 "the dead worker's groups removed")
         api.cleanup()
     finally:
         server.stop()

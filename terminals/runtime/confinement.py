@@ -35,6 +35,7 @@ SH = "/bin/sh"
 # them until the exec; a program exec'd with CAP_DAC_OVERRIDE counts as readable to it,
 # and the kernel would not make a shell from an execute-only copy non-dumpable (sealed.py).
 CHROOT = shutil.which("chroot") or "/usr/sbin/chroot"
+PRLIMIT = shutil.which("prlimit") or "/usr/bin/prlimit"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CONTROLLERS = ("pids", "memory", "cpu")
 CPU_PERIOD_US = 100_000
@@ -279,8 +280,10 @@ class Confinement:
             steps.append(f"ulimit -n {int(self.limits.open_files)}")
         if self.limits.processes and "pids" not in self.cgroups.controllers and account and account.uid != 0:
             # Without a pids group, RLIMIT_NPROC is the fallback: it counts every
-            # process of the account, not of the terminal, and root ignores it.
-            steps.append(f"ulimit -u {int(self.limits.processes)}")
+            # process of the account, not of the terminal, and root ignores it. prlimit, not ulimit: /bin/sh may
+            # be dash, whose ulimit has no -u, and a limit that cannot be set must stop the launch.
+            limit = int(self.limits.processes)
+            steps.append(f"{PRLIMIT} --pid $$ --nproc={limit}:{limit} || exit 125")
         if self.limits.memory_bytes and "memory" not in self.cgroups.controllers:
             steps.append(f"ulimit -v {int(self.limits.memory_bytes) // 1024}")  # address space: a rough stand-in
         steps.append('exec "$@"')
