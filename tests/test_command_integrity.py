@@ -302,8 +302,12 @@ def test_keystrokes_a_program_injects_show_as_typed_commands(api, account, shell
         assert "refused" in result["output"], result
         return
     wait_for(lambda: "injected-42" in api.full_output(terminal), 20, "the injected line to run")
-    listed = api.get(f"/api/terminals/{terminal}/commands").json()["data"]["commands"]
-    assert any(entry["source"] == "shell" and "injected" in entry["command"] for entry in listed), listed
+
+    def reported():
+        listed = api.get(f"/api/terminals/{terminal}/commands").json()["data"]["commands"]
+        return any(entry["source"] == "shell" and "injected" in entry["command"] for entry in listed)
+
+    wait_for(reported, 20, "the injected line among the commands typed in the shell")
 
 
 def test_health_names_a_sealed_shell_directory_other_accounts_cannot_enter(django_db_setup, account):
