@@ -132,14 +132,20 @@ def _end_orphan(session_id, status: str) -> None:
               reason="its worker stopped answering; the output it held is gone")
 
 
-def sessions_lost_among(terminal_ids) -> list[str]:
-    """Which of these terminal ids (strings; anything that is not a terminal id is skipped) are lost."""
+def _terminal_keys(terminal_ids) -> list[uuid.UUID]:
+    """The terminal ids among these strings, as keys; anything else is skipped."""
     keys = []
     for terminal_id in terminal_ids:
         try:
             keys.append(uuid.UUID(terminal_id))
         except ValueError:
             continue
+    return keys
+
+
+def sessions_lost_among(terminal_ids) -> list[str]:
+    """Which of these terminal ids (strings; anything that is not a terminal id is skipped) are lost."""
+    keys = _terminal_keys(terminal_ids)
     lost = []
     for start in range(0, len(keys), 500):  # a host may carry thousands: stay under SQLite's parameter limit
         batch = keys[start : start + 500]
@@ -151,12 +157,7 @@ def sessions_lost_among(terminal_ids) -> list[str]:
 def terminals_cut_off(terminal_ids) -> dict[str, bool]:
     """Which of these terminals (ids as strings) their worker left behind: lost (True), or hosted by a worker that
     stopped or stopped beating, by the database's clock, and not marked lost yet (False)."""
-    keys = []
-    for terminal_id in terminal_ids:
-        try:
-            keys.append(uuid.UUID(terminal_id))
-        except ValueError:
-            continue
+    keys = _terminal_keys(terminal_ids)
     worker_live = ExpressionWrapper(Worker.live_condition("worker__"), output_field=BooleanField())
     cut_off = {}
     for start in range(0, len(keys), 500):  # stay under SQLite's parameter limit
