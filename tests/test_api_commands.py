@@ -736,3 +736,15 @@ def test_command_in_different_terminals_run_in_parallel(alice):
         assert data["output"] == "x\n"
         assert data["exitCode"] == 0
     assert took < 1.9, f"two 1 s commands took {took:.2f} s"
+
+
+@shells
+def test_a_command_right_after_a_refused_one_gets_its_own_exit_code(alice, shell):
+    """A line the shell refuses leaves the rest of the typed text to be read, each line with a prompt of its own;
+    none of those prompts may end the next command, however soon it is sent."""
+    terminal = shell_terminal(alice, shell)
+    for attempt in range(8):
+        refused = run_done(alice, terminal, "fi", timeoutMs=5000)
+        assert refused["exitCode"] not in (None, 0), refused
+        after = run_done(alice, terminal, f"echo after-{attempt}; (exit {attempt + 3})", timeoutMs=10000)
+        assert (after["exitCode"], after["output"]) == (attempt + 3, f"after-{attempt}\n"), after

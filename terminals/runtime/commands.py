@@ -114,6 +114,8 @@ class CommandTracker:
         # (it was typed before the previous prompt's marker arrived, e.g. during startup).
         self._stale_prompts = 0
         self._last_history_number = ""
+        # A refused command's remaining typed lines still bring prompts; the next command waits them out.
+        self.unsettled = False
         # Finds where a refused command's error message begins (set by the session that owns the output).
         self.locate_refusal: Callable[[Command, int], int] | None = None
 
@@ -209,8 +211,12 @@ class CommandTracker:
         elif current is not None:
             # The prompt is back without the end marker: Ctrl-C or a signal abandoned the rest of the
             # line, or (before it began) the shell refused its text, a syntax error.
-            if current.start_byte is None and self.locate_refusal is not None:
-                current.start_byte = self.locate_refusal(current, offset)
+            if current.start_byte is None:
+                # Refused before it began: the shell drops the line it choked on and goes on reading the
+                # rest of the typed text, showing a prompt for each line, after this one.
+                self.unsettled = True
+                if self.locate_refusal is not None:
+                    current.start_byte = self.locate_refusal(current, offset)
             self._finish_current(exit_code, offset)
         self.at_prompt.set()
         self.prompted.set()
