@@ -16,6 +16,7 @@ from urllib.parse import parse_qs, urlparse
 from channels.db import DatabaseSyncToAsync
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
+from django.db import DatabaseError
 from django.http.request import validate_host
 
 from . import json_input, protocol, sessions, worker_client, worker_watch
@@ -115,10 +116,14 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         """Closes the connection soon after its key is revoked or expires, or its user is disabled."""
         while True:
             await asyncio.sleep(KEY_CHECK_SECONDS)
-            if self.api_key is not None:
-                usable = await database_sync_to_async(_still_usable)(self.api_key.pk)
-            else:
-                usable = await database_sync_to_async(_user_active)(self.actor.user.pk)
+            try:
+                if self.api_key is not None:
+                    usable = await database_sync_to_async(_still_usable)(self.api_key.pk)
+                else:
+                    usable = await database_sync_to_async(_user_active)(self.actor.user.pk)
+            except DatabaseError as error:  # locked or away for a moment: the next round checks again
+                logger.warning("checking the credentials of a live connection failed: %s", error)
+                continue
             if not usable:
                 await self.close(code=CLOSE_UNAUTHORIZED)
                 return
