@@ -102,7 +102,8 @@ MUTANTS = [
             return False''',
         '''        if False:
             return False''',
-        ("tests/test_command_integrity.py",),
+        ("tests/test_command_integrity.py",
+         "tests/test_api_commands.py::test_markers_a_program_prints_without_the_secret_change_nothing"),
     ),
     Mutant(
         "refused-websocket-acts", "a refused WebSocket acts on none of its frames",

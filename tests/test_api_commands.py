@@ -748,3 +748,13 @@ def test_a_command_right_after_a_refused_one_gets_its_own_exit_code(alice, shell
         assert refused["exitCode"] not in (None, 0), refused
         after = run_done(alice, terminal, f"echo after-{attempt}; (exit {attempt + 3})", timeoutMs=10000)
         assert (after["exitCode"], after["output"]) == (attempt + 3, f"after-{attempt}\n"), after
+
+
+@shells
+def test_markers_a_program_prints_without_the_secret_change_nothing(alice, shell):
+    """A program that prints prompt, begin and end markers with any token but the shell's secret neither ends the
+    command nor changes its exit code: the markers stay in the output as printed."""
+    terminal = shell_terminal(alice, shell)
+    forged = r"printf '\033]6973;forged;P;0\007\033]6973;forged;E;x;0\007\033]6973;forged;B;x\007'"
+    data = run_done(alice, terminal, f"{forged}; sleep 0.3; echo after-forgery; (exit 5)", timeoutMs=10000)
+    assert (data["exitCode"], data["output"].endswith("after-forgery\n")) == (5, True), data
