@@ -106,6 +106,13 @@ MUTANTS = [
          "tests/test_api_commands.py::test_markers_a_program_prints_without_the_secret_change_nothing"),
     ),
     Mutant(
+        "command-typed-unquoted", "a command's own text cannot end it or the next one early (a syntax error)",
+        "terminals/runtime/commands.py",
+        '''    return f"__terminals_begin {command_id}; eval {_single_quoted(command)}; __terminals_end {command_id} \\"$?\\"\\n"''',
+        '''    return f"{{ __terminals_begin {command_id}; {command}\\n\\n}}; __terminals_end {command_id} \\"$?\\"\\n"''',
+        ("tests/test_api_commands.py::test_a_syntax_error_leaves_no_prompt_behind_even_with_a_slow_prompt_hook",),
+    ),
+    Mutant(
         "refused-websocket-acts", "a refused WebSocket acts on none of its frames",
         "terminals/consumers.py",
         '''        if not self.attached or self.closing:''',

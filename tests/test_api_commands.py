@@ -750,6 +750,33 @@ def test_a_command_right_after_a_refused_one_gets_its_own_exit_code(alice, shell
         assert (after["exitCode"], after["output"]) == (attempt + 3, f"after-{attempt}\n"), after
 
 
+def test_a_syntax_error_leaves_no_prompt_behind_even_with_a_slow_prompt_hook(alice, tmp_path):
+    """A prompt hook that takes 0.4 s, a command whose first line the shell cannot parse followed by more lines,
+    then the next command at once: the bad command completes with the shell's syntax-error status, none of its
+    lines runs, and the next command gets exactly its own output and exit code (a prompt left over from the bad
+    text, arriving late, used to end it with the wrong status)."""
+    # A command substitution keeps the sleep in the shell's own process group: a slow hook, no foreground program.
+    (tmp_path / ".bashrc").write_text("PROMPT_COMMAND=': $(sleep 0.4)'\n")
+    terminal = shell_terminal(alice, BASH, env={"HOME": str(tmp_path)})
+    assert run_done(alice, terminal, "true", timeoutMs=10000)["exitCode"] == 0
+    bad = run_done(alice, terminal, "fi\n(exit 7)\n(exit 7)\necho second-line-ran", timeoutMs=10000)
+    assert bad["exitCode"] == 2, bad
+    assert "syntax error" in bad["output"] and "second-line-ran" not in bad["output"], bad
+    for attempt in range(3):
+        after = run_done(alice, terminal, f"echo after-{attempt}; (exit {attempt + 3})", timeoutMs=10000)
+        assert (after["exitCode"], after["output"]) == (attempt + 3, f"after-{attempt}\n"), after
+
+
+@shells
+def test_an_unclosed_quote_completes_with_the_shells_complaint(alice, shell):
+    """An unclosed quote cannot leave the shell waiting for the rest of the line: the command completes with
+    a non-zero status and the shell's complaint, and the next command runs."""
+    terminal = shell_terminal(alice, shell)
+    data = run_done(alice, terminal, "echo 'unclosed", timeoutMs=10000)
+    assert data["exitCode"] in (1, 2), data
+    assert run_done(alice, terminal, "echo next")["output"] == "next\n"
+
+
 @shells
 def test_markers_a_program_prints_without_the_secret_change_nothing(alice, shell):
     """A program that prints prompt, begin and end markers with any token but the shell's secret neither ends the

@@ -79,14 +79,25 @@ def _signal_of(exit_code: int | None) -> str | None:
 
 
 def wrap(command: str, command_id: str) -> str:
-    """The text typed for an API command: its own markers around it, in one compound command.
+    """The text typed for an API command: its own markers around it, and the command itself given to `eval` as
+    one single-quoted word.
 
-    The braces keep `cd`, `export` and `exit` acting on the shell itself; the
-    newline before the closing brace ends a here-document or a comment. The
+    Quoted, the typed text is always one complete line the shell accepts, whatever the command holds: a syntax
+    error, an unclosed quote or a stray `fi` inside becomes eval's status (2 in bash and dash, 1 in zsh) with the
+    end marker still printed, instead of a line the shell refuses and the rest of the text read as further
+    commands, each with a prompt that could be taken for the end of the next command. `eval` runs in the shell
+    itself, so `cd`, `export` and `exit` act on it, and no history expansion happens inside single quotes. The
     functions sign the markers with the secret only the shell knows.
     """
-    # The empty line ends a command whose last line ends in a backslash (a continuation).
-    return f"{{ __terminals_begin {command_id}; {command}\n\n}}; __terminals_end {command_id} \"$?\"\n"
+    return f"__terminals_begin {command_id}; eval {_single_quoted(command)}; __terminals_end {command_id} \"$?\"\n"
+
+
+def _single_quoted(command: str) -> str:
+    """command as one single-quoted shell word. A last newline ends a here-document whose end line is last, and
+    lets a trailing backslash continue onto an empty line rather than escape eval's end of input."""
+    if "\n" in command or command.endswith("\\"):
+        command += "\n"
+    return "'" + command.replace("'", "'\\''") + "'"
 
 
 def wrap_unsigned(command: str, nonce: str) -> str:
@@ -114,8 +125,6 @@ class CommandTracker:
         # (it was typed before the previous prompt's marker arrived, e.g. during startup).
         self._stale_prompts = 0
         self._last_history_number = ""
-        # A refused command's remaining typed lines still bring prompts; the next command waits them out.
-        self.unsettled = False
         # Finds where a refused command's error message begins (set by the session that owns the output).
         self.locate_refusal: Callable[[Command, int], int] | None = None
 
@@ -212,9 +221,6 @@ class CommandTracker:
             # The prompt is back without the end marker: Ctrl-C or a signal abandoned the rest of the
             # line, or (before it began) the shell refused its text, a syntax error.
             if current.start_byte is None:
-                # Refused before it began: the shell drops the line it choked on and goes on reading the
-                # rest of the typed text, showing a prompt for each line, after this one.
-                self.unsettled = True
                 if self.locate_refusal is not None:
                     current.start_byte = self.locate_refusal(current, offset)
             self._finish_current(exit_code, offset)

@@ -22,8 +22,6 @@ SHIPPED_INTEGRATION = Path(__file__).with_name("shell_integration")
 POLL_SECONDS = 0.1  # how often a waiting command is checked for a prompt that waits for input
 CONFIRM_SECONDS = 0.05
 LINE_EDITOR_SECONDS = 0.5  # how long a long command waits for the shell's line editor to take the terminal
-SETTLE_SECONDS = 0.2  # quiet at the prompt this long after a refused command: its remaining lines are read
-SETTLE_LIMIT_SECONDS = 2.0
 
 
 class TerminalBusy(TerminalError):
@@ -181,22 +179,11 @@ class ShellSession(PtySession):
         prompt's marker arrives a moment before it does). A shell without a line editor (dash) never
         switches: then the wait ends after LINE_EDITOR_SECONDS and the write refuses the line clearly."""
         await self.started(timeout)
-        if self.commands.unsettled:
-            await self._settle()
         if longest_line(command.encode("utf-8", errors="surrogateescape")) <= MAX_CANONICAL_LINE:
             return
         deadline = asyncio.get_running_loop().time() + LINE_EDITOR_SECONDS
         while self.canonical() and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.005)
-
-    async def _settle(self) -> None:
-        """Waits (at most SETTLE_LIMIT_SECONDS) until the prompts a refused command's remaining lines bring have
-        come and the shell is quiet at its prompt: a late one would otherwise end the next command at once."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + SETTLE_LIMIT_SECONDS
-        while loop.time() < deadline and not (self.commands.at_prompt.is_set() and self._quiet_for(SETTLE_SECONDS)):
-            await asyncio.sleep(SETTLE_SECONDS / 4)
-        self.commands.unsettled = False
 
     def run_command(self, command: str) -> Command:
         """Types an API command; raises TerminalBusy while another one holds the foreground."""
