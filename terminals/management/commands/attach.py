@@ -189,7 +189,12 @@ class AttachSession:
             asyncio.ensure_future(ws.send(json.dumps({"type": "input", "data": text})))
 
     async def _send_size(self, ws) -> None:
-        size = shutil.get_terminal_size()
+        # The window's own size first: COLUMNS and LINES, which shutil prefers, are set once by whatever started
+        # this (a shell, a test runner) and do not follow a resize.
+        try:
+            size = os.get_terminal_size(sys.stdout.fileno())
+        except (OSError, ValueError):
+            size = shutil.get_terminal_size()
         await ws.send(json.dumps({"type": "resize", "cols": size.columns, "rows": size.lines}))
 
     async def _receive(self, ws) -> int | str:
