@@ -30,6 +30,9 @@ HASH_CHARS = 10  # 40 bits: a clash needs the same readable part too, and is ref
 PREFIX_FORMAT = re.compile(r"^[a-z_][a-z0-9_-]{0,15}$")
 TAG = "terminals-service-account"  # the start of the comment of every account the service makes
 LOCK_NAME = ".terminals-accounts.lock"
+# The host's, root's alone (not /run/lock, where any account could take the lock first and hold it): every
+# service on the host takes the same lock.
+HOST_LOCK_FOLDER = Path("/run/terminals")
 NO_LOGIN = next((path for path in ("/usr/sbin/nologin", "/sbin/nologin") if os.path.exists(path)), "/bin/false")
 
 
@@ -75,7 +78,8 @@ def lookup_own(name: str, username: str) -> Account | None:
 def provision(username: str, *, prefix: str, homes: Path) -> Account:
     """The user's account, made on first use (needs root): a system account with a private home under homes.
 
-    Safe against workers of the same host doing it at once: one lock file under homes orders them.
+    Safe against workers of the same host doing it at once, whatever homes each uses: one lock file of the host
+    orders them (useradd itself gives up at once when another holds /etc/passwd).
     """
     name = unix_name(username, prefix)
     account = lookup_own(name, username)
@@ -118,9 +122,20 @@ def _ensure_base(homes: Path) -> None:
                                  homes=str(homes))
 
 
+def _host_lock_folder() -> Path | None:
+    try:
+        HOST_LOCK_FOLDER.mkdir(mode=0o700, exist_ok=True)
+        info = os.lstat(HOST_LOCK_FOLDER)
+    except OSError:
+        return None
+    private = stat.S_ISDIR(info.st_mode) and info.st_uid == 0 and not info.st_mode & 0o022
+    return HOST_LOCK_FOLDER if private else None
+
+
 @contextmanager
 def _host_lock(homes: Path):
-    descriptor = os.open(homes / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+    folder = _host_lock_folder() or homes
+    descriptor = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX)
         yield
