@@ -35,13 +35,24 @@ pg_log="$(mktemp)"
 trap 'bash scripts/postgres.sh stop "$pg_dir"; rm -f "$pg_log"' EXIT
 # Until the load flakes listed in the README's Testing section are gone, a test that fails is run again (at most
 # twice); pytest reports every rerun ("R" and "rerun" in the summary), so none goes unseen.
-RERUNS=(--reruns 2 --reruns-delay 1)
+RERUNS=(--reruns 2 --reruns-delay 1 -raR)
 DATABASE_URL="$pg_url" .venv/bin/python -m pytest -p no:cov -p no:cacheprovider "${RERUNS[@]}" \
   tests/test_e2e_lifecycle.py tests/test_audit_chain.py tests/test_worker.py tests/test_api_auth.py \
   tests/test_restart.py tests/test_acp.py tests/test_api_limits.py tests/test_zz_no_secrets.py >"$pg_log" 2>&1 &
 pg_run=$!
+# The SQLite run spreads the test files over PYTEST_WORKERS processes (pytest-xdist): most of a test's time is
+# spent waiting on servers and shells, so more processes than cores pay. Each has its own servers, database and
+# folders (tests/settings.py). The secrets check then runs alone, over what every process left (tests/run_manifest.py).
+workers="${PYTEST_WORKERS:-3}"
+manifests="$(mktemp -d)"
+trap 'bash scripts/postgres.sh stop "$pg_dir"; rm -f "$pg_log"; rm -rf "$manifests"' EXIT
 sqlite_status=0
-TERMINALS_TEST_POSTGRES_URL="$pg_url" .venv/bin/python -m pytest --cov --cov-report=term "${RERUNS[@]}" "$@" || sqlite_status=$?
+TERMINALS_TEST_MANIFESTS="$manifests" TERMINALS_TEST_POSTGRES_URL="$pg_url" .venv/bin/python -m pytest \
+  -n "$workers" --dist loadfile --ignore tests/test_zz_no_secrets.py \
+  --cov --cov-report=term "${RERUNS[@]}" "$@" || sqlite_status=$?
+echo "=== the secrets check, over what every process of the run left ==="
+TERMINALS_TEST_MANIFESTS="$manifests" .venv/bin/python -m pytest -p no:cov -p no:cacheprovider "${RERUNS[@]}" \
+  tests/test_zz_no_secrets.py || sqlite_status=$?
 pg_status=0
 wait "$pg_run" || pg_status=$?
 echo "=== the database-facing tests on PostgreSQL ==="

@@ -2,22 +2,41 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
 from terminals.models import ApiKey
 
+from . import prerequisites, run_manifest
 from .client import Api
-from .servers import KEYS_MADE, start_embedded, start_split
+from .servers import KEYS_MADE, STARTED, start_embedded, start_split
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items):
     """The secrets check runs last, in whatever order the files were named: it reads what every other test left."""
     items.sort(key=lambda item: item.nodeid.split("::")[0].endswith("test_zz_no_secrets.py"))
+
+
+def pytest_sessionstart(session):
+    """A machine without root, useradd or writable control groups stops the run at once, saying what to do,
+    rather than failing tests one by one for a reason they do not name."""
+    missing = prerequisites.missing()
+    if missing:
+        pytest.exit(prerequisites.report(missing), returncode=pytest.ExitCode.USAGE_ERROR)
+
+
+def pytest_sessionfinish(session):
+    """A worker of a parallel run leaves what it made for the secrets check that runs after all of them."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        run_manifest.write(worker, keys=KEYS_MADE, started=STARTED,
+                           database=str(settings.DATABASES["default"]["NAME"]), secret_key=settings.SECRET_KEY)
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,12 @@ import requests
 from django.conf import settings
 from django.db import connection
 
+from . import run_manifest
 from .servers import KEYS_MADE, STARTED
+
+# The other pytest processes of a parallel run (scripts/test.sh runs this file after them): their keys, processes
+# and databases are searched too.
+EARLIER = run_manifest.read_all()
 
 # Requests with a key in the wrong place: (method, path, headers); KEY is the misplaced key, GOOD a valid one.
 PROBES = [
@@ -82,9 +87,13 @@ def test_acp_errors_do_not_echo_a_key(server, keys):
 
 def secrets_of_the_run() -> dict[str, str]:
     """What must never be written anywhere, by a name that can be printed."""
-    found = {f"API key {key.split('.')[0]}": secret(key) for key in KEYS_MADE}
+    keys = KEYS_MADE + [key for manifest in EARLIER for key in manifest.keys]
+    found = {f"API key {key.split('.')[0]}": secret(key) for key in keys}
     found["SECRET_KEY"] = settings.SECRET_KEY
-    environments = [dict(os.environ)] + [process.env for process in STARTED]
+    for number, manifest in enumerate(EARLIER):
+        found[f"SECRET_KEY of pytest process {number}"] = manifest.secret_key
+    environments = [dict(os.environ)] + [process.env for process in all_started()]
+    environments += [manifest.environment for manifest in EARLIER]
     for number, env in enumerate(environments):
         if env.get("SECRET_KEY"):
             found[f"SECRET_KEY of process {number}"] = env["SECRET_KEY"]
@@ -102,8 +111,9 @@ def audit_tables() -> dict[str, str]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT * FROM terminals_auditevent")
         tables = {f"audit table of the test database ({connection.vendor})": "\n".join(map(repr, cursor.fetchall()))}
-    own = {Path(process.env["TERMINALS_DATA_DIR"]) / "terminals.sqlite3" for process in STARTED
+    own = {Path(process.env["TERMINALS_DATA_DIR"]) / "terminals.sqlite3" for process in all_started()
            if process.env.get("TERMINALS_DATA_DIR") and not process.env.get("DATABASE_URL")}
+    own |= {Path(manifest.database) for manifest in EARLIER if manifest.database.endswith(".sqlite3")}
     for path in sorted(own - {Path(settings.DATABASES["default"]["NAME"])}):
         if path.exists():
             database = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
@@ -117,9 +127,14 @@ def audit_tables() -> dict[str, str]:
     return tables
 
 
+def all_started() -> list:
+    """The service processes this pytest process started, and those the other processes of the run did."""
+    return list(STARTED) + [process for manifest in EARLIER for process in manifest.processes]
+
+
 def test_no_secret_in_any_log_or_audit_row(orm):
     """Every secret of the run is absent from every server log (URLs included) and every audit row."""
-    haystacks = {f"log of {process.name} ({process.log_path})": process.log() for process in STARTED}
+    haystacks = {f"log of {process.name} ({process.log_path})": process.log() for process in all_started()}
     haystacks.update(audit_tables())
     secrets_found = secrets_of_the_run()
     leaks = [
@@ -128,6 +143,8 @@ def test_no_secret_in_any_log_or_audit_row(orm):
     ]
     assert not leaks, "\n".join(leaks)
     assert len(KEYS_MADE) >= 4
+    if os.environ.get(run_manifest.FOLDER_VARIABLE):
+        assert EARLIER, "the parallel run left no manifests: what its workers produced went unsearched"
     # The access logs are on, and the probes' URLs are in them with the key masked: URLs really are searched.
     logs = "".join(text for name, text in haystacks.items() if name.startswith("log of"))
     assert '"GET /api/terminals?api_key=[redacted]"' in logs, "no access log line of the probes: are access logs on?"
