@@ -76,6 +76,12 @@ class Api:
         between = text.split(begin, 1)[1].split(end, 1)[0]
         return between.split("\n", 1)[1].rsplit("\n", 1)[0] if between.count("\n") >= 2 else ""
 
+    def command(self, terminal_id: str, command: str, **body) -> dict:
+        """Runs a command through the commands endpoint (the call itself must succeed); returns its data."""
+        response = self.post(f"/api/terminals/{terminal_id}/commands", json={"command": command, **body})
+        assert response.status_code == 200, response.text
+        return response.json()["data"]
+
     def wait_status(self, terminal_id: str, status: str, timeout: float = 15.0) -> dict:
         def reached():
             record = self.get(f"/api/terminals/{terminal_id}").json()["data"]

@@ -36,16 +36,9 @@ def post_command(api: Api, terminal: str, command: str, **body):
     return api.post(commands_path(terminal), json={"command": command, **body})
 
 
-def run(api: Api, terminal: str, command: str, **body) -> dict:
-    """Runs a command through the API and returns its data (the HTTP call itself must succeed)."""
-    response = post_command(api, terminal, command, **body)
-    assert response.status_code == 200, response.text
-    return response.json()["data"]
-
-
 def run_done(api: Api, terminal: str, command: str, **body) -> dict:
     """Runs a command that must finish within its timeout; returns its data."""
-    data = run(api, terminal, command, **body)
+    data = api.command(terminal, command, **body)
     assert data["status"] == "completed", data
     assert data["timedOut"] is False, data
     return data
@@ -280,7 +273,7 @@ def test_command_with_syntax_error_reports_the_shells_message(alice, shell):
 def test_command_with_syntax_error_before_first_prompt_completes(alice, shell, tmp_path):
     """A line the shell refuses, typed before its first prompt, still completes with the shell's status."""
     terminal = shell_terminal(alice, shell, env=slow_start_env(shell, tmp_path))
-    data = run(alice, terminal, "fi", timeoutMs=5000)
+    data = alice.command(terminal, "fi", timeoutMs=5000)
     assert data["status"] == "completed", data
     assert data["exitCode"] in (1, 2)
     assert run_done(alice, terminal, "echo next")["output"] == "next\n"
@@ -323,7 +316,7 @@ def test_command_is_refused_untyped_when_the_shell_shows_no_prompt_in_time(alice
 def test_command_ending_in_line_continuation_completes(alice, shell):
     """A command whose last line ends in a backslash does not swallow the service's closing line: it completes."""
     terminal = shell_terminal(alice, shell)
-    data = run(alice, terminal, "echo a \\", timeoutMs=3000)
+    data = alice.command(terminal, "echo a \\", timeoutMs=3000)
     assert data["status"] == "completed", data
     assert data["exitCode"] == 0
     assert data["output"].startswith("a"), data["output"]
@@ -417,7 +410,7 @@ def test_command_waiting_for_input_returns_early_then_finishes(alice, shell):
     """`read` stops the wait long before the timeout with waitingForInput; input and a wait finish it."""
     terminal = shell_terminal(alice, shell)
     started = time.monotonic()
-    data = run(alice, terminal, 'echo asking; read -r name; echo "hi $name"', timeoutMs=3000)
+    data = alice.command(terminal, 'echo asking; read -r name; echo "hi $name"', timeoutMs=3000)
     took = elapsed(started)
     assert took < 2.0, f"returned after {took:.2f} s"
     assert data["waitingForInput"] is True
@@ -440,7 +433,7 @@ def test_command_read_with_prompt_shows_the_prompt_bash(alice):
     """bash's `read -p` shows its prompt text in the partial output while it waits for input."""
     terminal = shell_terminal(alice, BASH)
     started = time.monotonic()
-    data = run(alice, terminal, "read -r -p 'Name? ' n; echo \"hi $n\"", timeoutMs=3000)
+    data = alice.command(terminal, "read -r -p 'Name? ' n; echo \"hi $n\"", timeoutMs=3000)
     assert elapsed(started) < 2.0
     assert data["waitingForInput"] is True
     assert data["status"] == "running"
@@ -460,7 +453,7 @@ def test_command_running_past_timeout_keeps_running(alice, shell):
     """A command still running at timeoutMs returns timedOut, not waitingForInput; a later wait finishes it."""
     terminal = shell_terminal(alice, shell)
     started = time.monotonic()
-    data = run(alice, terminal, "sleep 3; echo slept", timeoutMs=500)
+    data = alice.command(terminal, "sleep 3; echo slept", timeoutMs=500)
     assert elapsed(started) < 2.5
     assert data["timedOut"] is True
     assert data["waitingForInput"] is False
@@ -481,7 +474,7 @@ def test_command_running_past_timeout_keeps_running(alice, shell):
 def test_command_while_another_runs_is_refused_busy(alice, shell):
     """A second command while one runs answers 409 TERMINAL_BUSY naming the running command."""
     terminal = shell_terminal(alice, shell)
-    first = run(alice, terminal, "sleep 30", timeoutMs=300)
+    first = alice.command(terminal, "sleep 30", timeoutMs=300)
     assert first["status"] == "running"
     refused = post_command(alice, terminal, "echo second")
     assert refused.status_code == 409, refused.text
@@ -524,7 +517,7 @@ def test_command_while_typed_program_runs_is_refused_busy(alice, shell):
 def test_command_interrupted_by_signal_completes_with_130(alice, shell):
     """POST /signal with no body sends SIGINT; the running command completes with 130 and SIGINT."""
     terminal = shell_terminal(alice, shell)
-    data = run(alice, terminal, "echo started; sleep 30; echo not-reached", timeoutMs=500)
+    data = alice.command(terminal, "echo started; sleep 30; echo not-reached", timeoutMs=500)
     assert data["status"] == "running"
     assert data["timedOut"] is True
     signalled = alice.post(f"/api/terminals/{terminal}/signal", json={})
@@ -582,7 +575,7 @@ def test_command_without_wait_returns_at_once_and_completes_later(alice, shell):
     """wait:false answers at once with status running; GET later shows it completed with its output."""
     terminal = shell_terminal(alice, shell)
     started = time.monotonic()
-    data = run(alice, terminal, "sleep 1; echo done", wait=False)
+    data = alice.command(terminal, "sleep 1; echo done", wait=False)
     assert elapsed(started) < 0.9
     assert data["status"] == "running"
     assert data["timedOut"] is False
@@ -713,7 +706,7 @@ def test_command_git_log_does_not_wait_for_a_pager(alice, tmp_path):
 def test_command_cursor_position_query_is_answered_bash(alice):
     """A program asking for the cursor position (ESC[6n) gets an answer from the service, without any input."""
     terminal = shell_terminal(alice, BASH)
-    data = run(alice, terminal, r"""printf '\033[6n'; IFS= read -rs -d R pos; echo "got${pos#*[}" """, timeoutMs=5000)
+    data = alice.command(terminal, r"""printf '\033[6n'; IFS= read -rs -d R pos; echo "got${pos#*[}" """, timeoutMs=5000)
     assert data["status"] == "completed", f"no answer to the cursor position query: {data}"
     assert data["exitCode"] == 0
     assert re.search(r"got\d+;\d+\n$", data["output"]), data["output"]
@@ -729,7 +722,7 @@ def test_command_in_different_terminals_run_in_parallel(alice):
         run_done(alice, terminal, "true")
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(lambda terminal: run(alice, terminal, "sleep 1; echo x"), terminals))
+        results = list(pool.map(lambda terminal: alice.command(terminal, "sleep 1; echo x"), terminals))
     took = elapsed(started)
     for data in results:
         assert data["status"] == "completed"

@@ -13,20 +13,9 @@ import pytest
 from terminals.models import AuditEvent
 
 from .client import Api
+from .helpers import printed
 from .own_database import create_key, own_database, sqlite_path
 from .servers import start_embedded, wait_for
-
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-
-
-def clean(line: str) -> str:
-    """A line as a person sees it: without escape sequences or what a carriage return wrote over."""
-    return ANSI.sub("", line).rsplit("\r", 1)[-1]
-
-
-def printed(output: str, line: str) -> bool:
-    """Whether the command output contains exactly this line (the echoed command line does not count)."""
-    return line in [clean(text) for text in output.split("\n")]
 
 
 def audited_inputs(terminal: str) -> list[dict]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from types import SimpleNamespace
@@ -13,6 +12,7 @@ from terminals.models import AuditEvent, TerminalSession
 
 from .client import Api
 from .conftest import make_key
+from .helpers import clean
 from .servers import start_embedded, start_split, wait_for
 
 MAX_PER_USER = 3
@@ -20,12 +20,6 @@ MAX_INPUT_BYTES = 1024
 MAX_BUFFER_LINES = 100
 MAX_BUFFER_BYTES = 65536
 MAX_ENV_VARS = 5
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-
-
-def clean(line: str) -> str:
-    """A line as a person sees it: without escape sequences or what a carriage return wrote over."""
-    return ANSI.sub("", line).rsplit("\r", 1)[-1]
 
 
 def names_field(error: dict, field: str) -> bool:

@@ -10,15 +10,10 @@ import pytest
 import requests
 
 from .client import Api
+from .helpers import clean
 from .servers import wait_for
 
 NUMBERED = 100  # lines the shared numbered terminal prints: "1" .. "100"
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-
-
-def clean(line: str) -> str:
-    """A line as a person sees it: without escape sequences or what a carriage return wrote over."""
-    return ANSI.sub("", line).rsplit("\r", 1)[-1]
 
 
 def finished_lines(read: dict, since: int) -> list[str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import subprocess
 import time
 
@@ -11,21 +10,11 @@ import pytest
 from terminals.models import AuditEvent
 
 from .client import Api
+from .helpers import printed
 from .servers import wait_for
 
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 # Accepted signals whose default action ends a process (sleep keeps every default); SIGTSTP and SIGCONT are tested apart.
 ENDING = ("SIGTERM", "SIGINT", "SIGKILL", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
-
-
-def clean(line: str) -> str:
-    """A line as a person sees it: without escape sequences or what a carriage return wrote over."""
-    return ANSI.sub("", line).rsplit("\r", 1)[-1]
-
-
-def printed(output: str, line: str) -> bool:
-    """Whether the output contains exactly this line (the echoed command line does not count)."""
-    return line in [clean(text) for text in output.split("\n")]
 
 
 def detail(api: Api, terminal: str) -> dict:

@@ -13,13 +13,7 @@ from terminals.models import AuditEvent
 from .client import Api
 from .servers import wait_for
 
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 SLACK = 4096  # the output buffer evicts once it is this far over its byte limit (at least 4096 bytes)
-
-
-def clean(line: str) -> str:
-    """A line as a person sees it: without escape sequences or what a carriage return wrote over."""
-    return ANSI.sub("", line).rsplit("\r", 1)[-1]
 
 
 def names_field(error: dict, field: str) -> bool:

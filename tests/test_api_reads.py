@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-import re
 import shutil
 from datetime import datetime, timezone
 
 import pytest
 
 from .client import Api
+from .helpers import clean, printed
 from .servers import wait_for
-
-ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-
-
-def clean(line: str) -> str:
-    """A line as a person sees it: without escape sequences or what a carriage return wrote over."""
-    return ANSI.sub("", line).rsplit("\r", 1)[-1]
-
-
-def printed(output: str, line: str) -> bool:
-    """Whether the output contains exactly this line (the echoed command line does not count)."""
-    return line in [clean(text) for text in output.split("\n")]
 
 
 def read_bytes(api: Api, terminal: str, from_byte: int, max_bytes: int = 65536, **params) -> dict:

@@ -65,10 +65,6 @@ def assert_healthy(api: Api) -> None:
     assert health.json()["data"]["database"]["ok"] is True
 
 
-def run(api: Api, terminal: str, command: str) -> dict:
-    response = api.post(f"/api/terminals/{terminal}/commands", json={"command": command, "timeoutMs": 15000})
-    assert response.status_code == 200, response.text
-    return response.json()["data"]
 
 
 def children(pid: int) -> set[int]:
@@ -81,7 +77,7 @@ def test_input_and_command_are_refused_unsent_when_the_audit_cannot_be_written(s
     meanwhile; once the lock is gone the same input and command are audited and run."""
     server, settings, username, api = service
     terminal = api.create()["terminalId"]
-    assert run(api, terminal, "true")["exitCode"] == 0  # the shell is up and reads its input
+    assert api.command(terminal, "true", timeoutMs=15_000)["exitCode"] == 0  # the shell is up and reads its input
     typed, commanded = (f"/tmp/terminals-audit-{uuid.uuid4().hex}-{kind}" for kind in ("input", "command"))
 
     with audit_locked(settings):
@@ -91,7 +87,7 @@ def test_input_and_command_are_refused_unsent_when_the_audit_cannot_be_written(s
         assert_healthy(api)
 
     # The shell runs what it is sent in order: had either touch been typed, it would have run before this.
-    checked = run(api, terminal, f"ls {typed} {commanded} 2>/dev/null | wc -l")
+    checked = api.command(terminal, f"ls {typed} {commanded} 2>/dev/null | wc -l", timeoutMs=15_000)
     assert checked["exitCode"] == 0 and checked["output"].strip() == "0", checked
     assert not os.path.exists(typed) and not os.path.exists(commanded)
     rows = audit_rows(settings, username)
@@ -101,7 +97,7 @@ def test_input_and_command_are_refused_unsent_when_the_audit_cannot_be_written(s
     # The service goes on: the same input and command now work, each with one audit row.
     assert api.post(f"/api/terminals/{terminal}/input", json={"input": f"touch {typed}"}).status_code == 200
     wait_for(lambda: os.path.exists(typed), 15, f"{typed} to be created")
-    assert run(api, terminal, f"touch {commanded}")["exitCode"] == 0
+    assert api.command(terminal, f"touch {commanded}", timeoutMs=15_000)["exitCode"] == 0
     assert os.path.exists(commanded)
     rows = wait_for(lambda: (lambda rows: rows if rows[-1]["action"] == "command_end" else None)(
         audit_rows(settings, username)), 15, "the command's end on record")
@@ -119,7 +115,7 @@ def test_create_and_delete_are_refused_before_acting_when_the_audit_cannot_be_wr
     work once the lock is gone."""
     server, settings, username, api = service
     terminal = api.create()["terminalId"]
-    assert run(api, terminal, "true")["exitCode"] == 0
+    assert api.command(terminal, "true", timeoutMs=15_000)["exitCode"] == 0
     before = children(server.processes[0].pid)
     created_before = [row for row in audit_rows(settings, username) if row["action"] == "create"]
 
@@ -133,7 +129,7 @@ def test_create_and_delete_are_refused_before_acting_when_the_audit_cannot_be_wr
         assert_healthy(api)
 
     assert children(server.processes[0].pid) == before
-    assert run(api, terminal, "echo still-here")["output"].strip() == "still-here"
+    assert api.command(terminal, "echo still-here", timeoutMs=15_000)["output"].strip() == "still-here"
     assert [row for row in audit_rows(settings, username) if row["action"] == "create"] == created_before
     listed = api.get("/api/terminals").json()["data"]
     assert listed["count"] == len(created_before)  # no record of a terminal that never started

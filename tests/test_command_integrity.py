@@ -174,15 +174,11 @@ def api(other_account_server, keys):
     client.cleanup()
 
 
-def run(api: Api, terminal: str, command: str, timeout_ms: int = 20_000) -> dict:
-    response = api.post(f"/api/terminals/{terminal}/commands", json={"command": command, "timeoutMs": timeout_ms})
-    assert response.status_code == 200, response.text
-    return response.json()["data"]
 
 
 def shell_terminal(api: Api, shell: str, account) -> str:
     terminal = api.create(shell=shell, cwd=str(account[1]))["terminalId"]
-    assert run(api, terminal, "id -un")["output"].strip() == account[0]
+    assert api.command(terminal, "id -un", timeoutMs=20_000)["output"].strip() == account[0]
     return terminal
 
 
@@ -203,7 +199,7 @@ def assert_not_forged(result: dict, channel: str) -> None:
 def test_the_environment_proc_entries_and_readable_files_give_no_secret(api, account, workshop, shell):
     terminal = shell_terminal(api, shell, account)
     command = forge(workshop, "environment", str(SHIPPED_INTEGRATION), str(django_settings.DATA_DIR))
-    result = run(api, terminal, command)
+    result = api.command(terminal, command, timeoutMs=20_000)
     assert_not_forged(result, "the environment, /proc and files")
     # The shell's own entries are closed to its programs: it is non-dumpable.
     assert "environ: Permission denied" in result["output"], result
@@ -212,7 +208,7 @@ def test_the_environment_proc_entries_and_readable_files_give_no_secret(api, acc
 @shells
 def test_the_shells_memory_and_ptrace_give_no_secret(api, account, workshop, shell):
     terminal = shell_terminal(api, shell, account)
-    result = run(api, terminal, forge(workshop, "memory"))
+    result = api.command(terminal, forge(workshop, "memory"), timeoutMs=20_000)
     assert_not_forged(result, "the shell's memory")
     assert "mem: Permission denied" in result["output"] and "ptrace: Operation not permitted" in result["output"]
 
@@ -223,11 +219,11 @@ def test_stolen_typed_input_gives_no_secret(api, account, workshop, shell):
     it eats that command, and what it forges from it is only output; the command is never reported done."""
     terminal = shell_terminal(api, shell, account)
     go, stopped = workshop / f"go-{terminal}", workshop / f"stopped-{terminal}"
-    started = run(api, terminal, f"{PYTHON} {workshop / 'forge.py'} typed $$ {go} {stopped} &")
+    started = api.command(terminal, f"{PYTHON} {workshop / 'forge.py'} typed $$ {go} {stopped} &", timeoutMs=20_000)
     assert started["exitCode"] == 0, started
     go.touch()
     wait_for(stopped.exists, 20, "the thief stopping the shell")
-    result = run(api, terminal, "echo ran; (exit 5)", timeout_ms=3000)
+    result = api.command(terminal, "echo ran; (exit 5)", timeoutMs=3000)
     assert result["status"] == "running" and result["exitCode"] is None, result
     output = api.full_output(terminal)
     assert "forged from typed input: 0 candidates" in output and "ran" not in output.split("forged from")[1], output
@@ -247,7 +243,7 @@ def test_a_bare_introducer_cannot_swallow_the_marker_after_it():
 @shells
 def test_a_printed_bare_introducer_does_not_hide_the_commands_end(api, account, shell):
     terminal = shell_terminal(api, shell, account)
-    result = run(api, terminal, r"printf 'x\033]6973;'; (exit 5)")
+    result = api.command(terminal, r"printf 'x\033]6973;'; (exit 5)", timeoutMs=20_000)
     assert result["status"] == "completed" and result["exitCode"] == 5, result
     assert result["output"] == f"x{ESC}]6973;", result
 
@@ -296,7 +292,7 @@ def test_keystrokes_a_program_injects_show_as_typed_commands(api, account, shell
     inject = (f"{PYTHON} -c \"import fcntl, termios\n"
               "try:\n [fcntl.ioctl(0, termios.TIOCSTI, bytes([c])) for c in b'echo injected-$((6*7))\\n']\n"
               "except OSError as error: print('refused:', error.strerror)\"")
-    result = run(api, terminal, inject)
+    result = api.command(terminal, inject, timeoutMs=20_000)
     assert result["exitCode"] == 0, result
     if Path("/proc/sys/dev/tty/legacy_tiocsti").read_text().strip() == "0":
         assert "refused" in result["output"], result
@@ -327,8 +323,8 @@ def test_health_names_a_sealed_shell_directory_other_accounts_cannot_enter(djang
 def test_tracing_the_shell_prints_no_secret(api, account, shell):
     """Under set -x a shell prints the commands its hooks run; those carry the secret, so the hooks stop tracing."""
     terminal = shell_terminal(api, shell, account)
-    assert run(api, terminal, "set -x")["exitCode"] == 0
-    result = run(api, terminal, "echo traced; (exit 5)")
+    assert api.command(terminal, "set -x", timeoutMs=20_000)["exitCode"] == 0
+    result = api.command(terminal, "echo traced; (exit 5)", timeoutMs=20_000)
     assert result["exitCode"] == 5 and "traced" in result["output"], result
     output = api.full_output(terminal)
     assert "+ echo traced" in output or "> echo traced" in output, output  # tracing is on

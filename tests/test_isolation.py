@@ -20,6 +20,7 @@ from django.conf import settings as django_settings
 from terminals.runtime.accounts import unix_name
 from tests.client import Api
 from tests.conftest import make_key
+from tests.helpers import marked
 from tests.servers import start_embedded, wait_for
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -37,28 +38,6 @@ def _terminal_groups(terminal_id: str) -> list[Path]:
     )
 
 
-def _marked(terminal_id: str) -> list[int]:
-    """Live processes carrying the terminal's environment marker."""
-    found = []
-    marker = f"TERMINALS_TERMINAL_ID={terminal_id}".encode()
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as environ:
-                if marker in environ.read().split(b"\0"):
-                    with open(f"/proc/{name}/stat") as stat:
-                        if stat.read().rsplit(")", 1)[1].split()[0] != "Z":
-                            found.append(int(name))
-        except OSError:
-            continue
-    return found
-
-
-def _command(api: Api, terminal_id: str, command: str, timeout_ms: int = 10_000) -> dict:
-    response = api.post(f"/api/terminals/{terminal_id}/commands", json={"command": command, "timeoutMs": timeout_ms})
-    assert response.status_code == 200, response.text
-    return response.json()["data"]
 
 
 # Limits every terminal gets
@@ -79,7 +58,7 @@ def test_health_reports_how_terminals_are_confined(alice):
 
 def test_a_terminal_runs_in_its_own_control_group_with_its_limits(alice):
     terminal = alice.create(cwd="/tmp")["terminalId"]
-    result = _command(alice, terminal, "ulimit -c; ulimit -n; cat /proc/self/cgroup")
+    result = alice.command(terminal, "ulimit -c; ulimit -n; cat /proc/self/cgroup", timeoutMs=10_000)
     assert result["exitCode"] == 0, result
     lines = result["output"].split()
     assert lines[0] == "0"  # no core dumps
@@ -109,9 +88,9 @@ def test_ending_a_terminal_ends_what_escaped_its_session(alice, server):
     terminal = alice.create(cwd="/tmp")["terminalId"]
     alice.send(terminal, "setsid sleep 1001 & nohup sleep 1002 >/dev/null 2>&1 & (sleep 1003 &) ; echo started")
     alice.wait_output(terminal, lambda text: "\nstarted\n" in text)
-    wait_for(lambda: len(_marked(terminal)) >= 4, 10, "the shell and its three sleeps")
+    wait_for(lambda: len(marked(terminal)) >= 4, 10, "the shell and its three sleeps")
     assert alice.delete(f"/api/terminals/{terminal}").status_code == 200
-    wait_for(lambda: not _marked(terminal), 10, "every process of the terminal gone")
+    wait_for(lambda: not marked(terminal), 10, "every process of the terminal gone")
     wait_for(lambda: not _terminal_groups(terminal), 10, "its control groups removed")
     owners = [process.pid for process in server.processes]  # the embedded server, or the split workers and webs
     wait_for(lambda: not any(_zombie_children(pid) for pid in owners), 10, "no zombie left to the service")
@@ -136,16 +115,16 @@ def test_a_fork_bomb_is_contained_and_other_terminals_keep_answering(tight_serve
     assert int((pids_group / "pids.current").read_text()) <= 60
     # While the bomb keeps pushing against the limit, the bystander and new terminals answer.
     for number in range(5):
-        result = _command(api, bystander, f"echo alive-{number}")
+        result = api.command(bystander, f"echo alive-{number}", timeoutMs=10_000)
         assert result["exitCode"] == 0 and result["output"].strip() == f"alive-{number}", result
     newcomer = api.create(cwd="/tmp")["terminalId"]
-    assert _command(api, newcomer, "echo new")["output"].strip() == "new"
+    assert api.command(newcomer, "echo new", timeoutMs=10_000)["output"].strip() == "new"
     # Ending the bomb's terminal ends all of it.
     response = api.delete(f"/api/terminals/{bomb}", json={"signal": "SIGKILL"})
     assert response.status_code == 200, response.text
-    wait_for(lambda: not _marked(bomb), 20, "every process of the bomb gone")
+    wait_for(lambda: not marked(bomb), 20, "every process of the bomb gone")
     wait_for(lambda: not _terminal_groups(bomb), 20, "the bomb's control groups removed")
-    assert _command(api, bystander, "echo still")["output"].strip() == "still"
+    assert api.command(bystander, "echo still", timeoutMs=10_000)["output"].strip() == "still"
 
 
 def test_memory_limit_stops_a_hog_without_touching_the_worker(tight_server, keys):
@@ -153,10 +132,11 @@ def test_memory_limit_stops_a_hog_without_touching_the_worker(tight_server, keys
     terminal = api.create(cwd="/tmp")["terminalId"]
     # 1 GiB in one process against a 512 MiB limit: the kernel kills the hog (perl is in every
     # Debian), not the service.
-    result = _command(api, terminal, "perl -e '$x = \"a\" x (1 << 30); print length $x'; echo status=$?", 60_000)
+    result = api.command(terminal, "perl -e '$x = \"a\" x (1 << 30); print length $x'; echo status=$?",
+                         timeoutMs=60_000)
     assert "status=137" in result["output"], result  # SIGKILL from the OOM killer
     assert _health(api)["status"] == "healthy"
-    assert _command(api, terminal, "echo after")["output"].strip() == "after"
+    assert api.command(terminal, "echo after", timeoutMs=10_000)["output"].strip() == "after"
 
 
 # Another Unix account
@@ -174,7 +154,7 @@ def test_terminals_run_as_the_configured_account_away_from_the_service(nobody_se
     service_pid = nobody_server.processes[0].pid
     database = django_settings.DATABASES["default"]["NAME"]
     terminal = api.create(cwd="/tmp")["terminalId"]
-    assert _command(api, terminal, "id -un; echo $HOME $USER")["output"].split() == ["nobody", "/nonexistent", "nobody"]
+    assert api.command(terminal, "id -un; echo $HOME $USER", timeoutMs=10_000)["output"].split() == ["nobody", "/nonexistent", "nobody"]
     probes = {
         f"cat /proc/{service_pid}/environ": "Permission denied",
         f"kill -0 {service_pid}": "not permitted",
@@ -185,7 +165,7 @@ def test_terminals_run_as_the_configured_account_away_from_the_service(nobody_se
         probes.pop(f"cat {database}")
         probes.pop(f"ls {Path(database).parent}")
     for probe, refusal in probes.items():
-        result = _command(api, terminal, f"{probe} 2>&1")
+        result = api.command(terminal, f"{probe} 2>&1", timeoutMs=10_000)
         assert result["exitCode"] != 0 and refusal in result["output"], (probe, result)
     assert _health(api)["worker"]["isolation"]["runAs"] == "nobody"
 
@@ -223,14 +203,14 @@ def test_each_user_gets_an_account_and_cannot_reach_the_others(per_user):
     ann_terminal = ann.create()["terminalId"]  # the account's home is the default directory
     ben_terminal = ben.create()["terminalId"]
     expected = [accounts["ann"], str(homes / accounts["ann"])]
-    assert _command(ann, ann_terminal, "id -un; pwd")["output"].split() == expected
+    assert ann.command(ann_terminal, "id -un; pwd", timeoutMs=10_000)["output"].split() == expected
     ben_pid = ben.get(f"/api/terminals/{ben_terminal}").json()["data"]["pid"]
     for probe, refusal in {f"cat /proc/{ben_pid}/environ": "Permission denied",
                            f"ls /proc/{ben_pid}/fd": "Permission denied",
                            f"kill -9 {ben_pid}": "not permitted"}.items():
-        result = _command(ann, ann_terminal, f"{probe} 2>&1")
+        result = ann.command(ann_terminal, f"{probe} 2>&1", timeoutMs=10_000)
         assert result["exitCode"] != 0 and refusal in result["output"], (probe, result)
-    assert _command(ben, ben_terminal, "echo unharmed")["output"].strip() == "unharmed"
+    assert ben.command(ben_terminal, "echo unharmed", timeoutMs=10_000)["output"].strip() == "unharmed"
 
 
 # The service's secrets
@@ -240,7 +220,7 @@ def test_a_terminal_sees_none_of_the_services_settings_or_secrets(server, keys):
     api = Api(server.url, keys["alice"])
     secret_key = (Path(django_settings.DATA_DIR) / "secret_key").read_text().strip()
     terminal = api.create(cwd="/tmp")["terminalId"]
-    result = _command(api, terminal, "env")
+    result = api.command(terminal, "env", timeoutMs=10_000)
     names = {line.split("=", 1)[0] for line in result["output"].splitlines() if "=" in line}
     for setting in ("SECRET_KEY", "DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE", "TERMINALS_DATA_DIR"):
         assert setting not in names, result["output"]
@@ -273,7 +253,7 @@ def test_without_cgroups_processes_and_memory_fall_back_to_rlimits_and_health_sa
         assert isolation["limits"]["memoryEnforcedBy"].startswith("rlimit"), isolation
 
         terminal = api.create(cwd="/tmp")["terminalId"]
-        result = _command(api, terminal, "ulimit -u; ulimit -v")
+        result = api.command(terminal, "ulimit -u; ulimit -v", timeoutMs=10_000)
         assert result["exitCode"] == 0, result
         assert result["output"].split() == [str(FALLBACK_PROCESSES), str(FALLBACK_MEMORY_MB * 1024)]
         assert _terminal_groups(terminal) == []

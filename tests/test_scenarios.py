@@ -7,10 +7,6 @@ import pytest
 from .servers import wait_for
 
 
-def run(api, terminal: str, command: str, **body) -> dict:
-    response = api.post(f"/api/terminals/{terminal}/commands", json={"command": command, **body})
-    assert response.status_code == 200, response.text
-    return response.json()["data"]
 
 
 @pytest.fixture
@@ -27,7 +23,7 @@ def project(tmp_path):
 def test_scenario_a_quick_bounded_command(alice, project):
     """001 A: a tab, one bounded command with its exact output and exit code, then recent context."""
     terminal = alice.create(shell="/bin/bash", cwd=str(project), name="work")["terminalId"]
-    listing = run(alice, terminal, "ls -1", timeoutMs=5000)
+    listing = alice.command(terminal, "ls -1", timeoutMs=5000)
     assert listing["exitCode"] == 0
     assert listing["timedOut"] is False
     assert listing["output"].split() == ["app.log", "server.sh"]
@@ -38,7 +34,7 @@ def test_scenario_a_quick_bounded_command(alice, project):
 def test_scenario_b_dev_server_started_logs_read_by_offset_then_stopped(alice, project):
     """001 B: a long-running process starts without blocking, its log is read in byte slices, SIGINT stops it."""
     terminal = alice.create(shell="/bin/bash", cwd=str(project), name="web")["terminalId"]
-    started = run(alice, terminal, "bash server.sh", wait=False)
+    started = alice.command(terminal, "bash server.sh", wait=False)
     assert started["status"] == "running"
     seen, next_byte = "", 0
 
@@ -56,16 +52,16 @@ def test_scenario_b_dev_server_started_logs_read_by_offset_then_stopped(alice, p
                          params={"timeoutMs": 5000}).json()["data"]
     assert stopped["status"] == "completed"
     assert stopped["signal"] == "SIGINT"
-    assert run(alice, terminal, "echo still-here")["output"] == "still-here\n"
+    assert alice.command(terminal, "echo still-here")["output"] == "still-here\n"
 
 
 def test_scenario_c_three_services_in_three_named_terminals(alice, project):
     """001 C: web, db and tests run side by side in named terminals; the test run returns while the others go on."""
     names = {name: alice.create(shell="/bin/bash", cwd=str(project), name=name)["terminalId"]
              for name in ("web", "db", "tests")}
-    run(alice, names["web"], "bash server.sh", wait=False)
-    run(alice, names["db"], "while :; do echo db-ready; sleep 0.1; done", wait=False)
-    tests = run(alice, names["tests"], "for t in a b c; do echo test-$t ok; done; exit_code=0; (exit $exit_code)",
+    alice.command(names["web"], "bash server.sh", wait=False)
+    alice.command(names["db"], "while :; do echo db-ready; sleep 0.1; done", wait=False)
+    tests = alice.command(names["tests"], "for t in a b c; do echo test-$t ok; done; exit_code=0; (exit $exit_code)",
                 timeoutMs=120_000)
     assert tests["exitCode"] == 0
     assert tests["output"] == "test-a ok\ntest-b ok\ntest-c ok\n"
@@ -81,13 +77,13 @@ def test_scenario_c_three_services_in_three_named_terminals(alice, project):
 def test_scenario_d_investigating_a_failure(alice, project):
     """001 D: pull a long history quickly, then grep the log for errors with an exit code."""
     terminal = alice.create(shell="/bin/bash", cwd=str(project))["terminalId"]
-    run(alice, terminal, "seq 1 3000")
+    alice.command(terminal, "seq 1 3000")
     history = alice.get(f"/api/terminals/{terminal}/output", params={"mode": "tail", "tailLines": 2000, "maxLines": 2000}).json()["data"]
     assert history["stats"]["linesShown"] == 2000
-    errors = run(alice, terminal, "grep -i error app.log", timeoutMs=10_000)
+    errors = alice.command(terminal, "grep -i error app.log", timeoutMs=10_000)
     assert errors["exitCode"] == 0
     assert errors["output"] == "ERROR database timeout\nERROR disk full\n"
-    none = run(alice, terminal, "grep -i panic app.log")
+    none = alice.command(terminal, "grep -i panic app.log")
     assert none["exitCode"] == 1
     assert none["output"] == ""
 

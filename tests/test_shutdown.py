@@ -1,6 +1,5 @@
 """Stopping the service ends every terminal's processes and closes every record, leaving nothing behind."""
 
-import os
 import signal
 import uuid
 
@@ -10,6 +9,7 @@ from terminals.models import AuditEvent, TerminalSession
 from terminals.runtime.processes import session_members
 
 from .client import Api
+from .helpers import command_line, live_processes
 from .servers import start_embedded, start_split, wait_for
 
 
@@ -58,18 +58,7 @@ def test_split_worker_stop_ends_its_terminals(orm, keys):
 
 def processes_with(marker: str) -> list[int]:
     """Pids of live (not zombie) processes whose command line carries the marker."""
-    found = []
-    for name in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as cmdline:
-                if marker.encode() not in cmdline.read():
-                    continue
-            with open(f"/proc/{name}/stat") as stat:
-                if stat.read().rsplit(")", 1)[1].split()[0] != "Z":
-                    found.append(int(name))
-        except OSError:
-            continue
-    return found
+    return live_processes(lambda pid: marker in command_line(pid))
 
 
 def test_sigterm_audits_each_end_and_ends_what_left_the_terminals_sessions(orm, keys):

@@ -1,0 +1,62 @@
+"""Small helpers many test modules share: reading terminal text as a person sees it, and finding processes."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def clean(line: str) -> str:
+    """A line as a person sees it: without escape sequences or what a carriage return wrote over."""
+    return ANSI.sub("", line).rsplit("\r", 1)[-1]
+
+
+def printed(output: str, line: str) -> bool:
+    """Whether the output contains exactly this line (the echoed command line does not count)."""
+    return line in [clean(text) for text in output.split("\n")]
+
+
+def state(pid: int) -> str | None:
+    """The process's state letter (R, S, Z, ...), or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def command_line(pid: int) -> str:
+    """The process's command line, its arguments joined by spaces ("" once it is gone or a zombie)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return cmdline.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def environment(pid: int) -> list[bytes]:
+    """The process's environment as it started, one b"NAME=value" each ([] when it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as environ:
+            return environ.read().split(b"\0")
+    except OSError:
+        return []
+
+
+def live_processes(matches: Callable[[int], bool]) -> list[int]:
+    """Pids of the processes, zombies left out, for which matches(pid) holds."""
+    found = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        pid = int(name)
+        if matches(pid) and state(pid) not in (None, "Z"):
+            found.append(pid)
+    return found
+
+
+def marked(terminal_id: str) -> list[int]:
+    """Live processes carrying the terminal's environment marker."""
+    marker = f"TERMINALS_TERMINAL_ID={terminal_id}".encode()
+    return live_processes(lambda pid: marker in environment(pid))
