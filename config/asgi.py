@@ -18,6 +18,7 @@ from django.urls import path  # noqa: E402
 from terminals.consumers import TerminalConsumer  # noqa: E402
 from terminals.embedded import WithEmbeddedWorker  # noqa: E402
 from terminals.redaction import redact_access_log  # noqa: E402
+from terminals.static_files import with_static_files  # noqa: E402
 
 # daphne's access log writes each request's URL; a key a client put in one is masked there.
 redact_access_log()
@@ -25,5 +26,5 @@ redact_access_log()
 websocket_routes = URLRouter([path("ws/terminals/<str:terminal_id>/", TerminalConsumer.as_asgi())])
 
 application = WithEmbeddedWorker(
-    ProtocolTypeRouter({"http": django_application, "websocket": AuthMiddlewareStack(websocket_routes)})
+    ProtocolTypeRouter({"http": with_static_files(django_application), "websocket": AuthMiddlewareStack(websocket_routes)})
 )

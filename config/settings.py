@@ -48,6 +48,7 @@ INSTALLED_APPS = [
     "corsheaders",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI's files, served by the service: /api/docs/ works offline
     "channels",
     "terminals",
 ]
@@ -166,6 +167,9 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Real PTY shell sessions over REST: create, type, read in bounded slices, stop.",
     "VERSION": VERSION,
     "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],
     "COMPONENT_SPLIT_REQUEST": True,

@@ -2,6 +2,7 @@
 
 from django.contrib import admin
 from django.urls import include, path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
@@ -14,6 +15,8 @@ router.register("terminals", TerminalViewSet, basename="terminal")
 router.register("audit", AuditViewSet, basename="audit")
 
 urlpatterns = [
+    # Until there is a page of our own, the start is the API's documentation (the admin's "View site" leads here).
+    path("", RedirectView.as_view(url="/api/docs/", permanent=False), name="home"),
     path("api/health", HealthView.as_view(), name="health"),
     path("api/acp", AcpView.as_view(), name="acp"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

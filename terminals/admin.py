@@ -14,6 +14,8 @@ from .models import ApiKey, AuditEvent, TerminalSession, Worker
 
 # The index says plainly when users' terminals are not separated (terminals/templatetags/terminals_admin.py).
 admin.site.index_template = "terminals/admin_index.html"
+admin.site.site_header = admin.site.site_title = "Terminals administration"
+admin.site.index_title = "Terminals, keys, workers and the audit trail"
 
 
 @admin.register(TerminalSession)

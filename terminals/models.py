@@ -180,6 +180,7 @@ class TerminalSession(models.Model):
     objects = TerminalSessionQuerySet.as_manager()
 
     class Meta:
+        verbose_name = "terminal"  # the API's word; "terminal session" said the same thing twice
         ordering = ["created"]
         indexes = [models.Index(fields=["owner", "status"])]
 

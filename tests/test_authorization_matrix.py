@@ -24,8 +24,8 @@ from terminals.models import AuditEvent
 from .client import Api
 from .test_live import Live, refusal
 
-# Routes anyone may read: the service's health and its API description.
-PUBLIC = {"api/health", "api/schema/", "api/docs/"}
+# Routes anyone may read: the service's health, its API description and the start page (which leads to it).
+PUBLIC = {"", "api/health", "api/schema/", "api/docs/"}
 # Routes of the whole collection: a key is needed, and each caller sees only their own.
 COLLECTIONS = {("api/terminals", "GET"), ("api/terminals", "POST"), ("api/audit", "GET"), ("api/acp", "POST")}
 # Django's admin has its own login (a staff session); tests/test_admin*.py cover it.
