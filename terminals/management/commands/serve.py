@@ -1,7 +1,11 @@
 """Runs the whole service in one process (embedded mode): migrates, bootstraps a first key, serves on daphne."""
 
 import asyncio
+import os
+import secrets
+import shlex
 import sys
+from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -22,27 +26,33 @@ class Command(BaseCommand):
 
     def handle(self, *args, host, port, no_bootstrap, **options):
         call_command("migrate", interactive=False, verbosity=0)
-        key = None if no_bootstrap else self.bootstrap()
-        self.run_daphne(host, port, key)
+        first = None if no_bootstrap else self.bootstrap()
+        self.run_daphne(host, port, first)
 
-    def bootstrap(self) -> str | None:
-        """On a first start, creates an admin user and returns its API key; None when users exist."""
+    def bootstrap(self) -> tuple[str, str] | None:
+        """On a first start, creates the admin user with a generated password and an API key, and returns both;
+        None when users exist. Neither is kept anywhere but in the banner (the database has only hashes)."""
         users = get_user_model().objects
         if users.exists():
             return None
+        password = secrets.token_urlsafe(12)
         admin = users.create(username="admin", is_staff=True, is_superuser=True)
-        admin.set_unusable_password()
+        admin.set_password(password)
         admin.save()
-        return ApiKey.objects.create_key(user=admin, name="bootstrap")[1]
+        return ApiKey.objects.create_key(user=admin, name="bootstrap")[1], password
 
-    def announce_key(self, key: str, url: str) -> None:
+    def announce_first_start(self, key: str, password: str, url: str) -> None:
+        python = _shown_path(sys.executable)
         self.stdout.write(
-            "\nCreated user 'admin' (staff) and this API key. It is shown once; keep it:\n\n"
-            f"  {key}\n\n"
-            "Try it:\n\n"
+            "\nFirst start: created user 'admin' (staff). Both secrets below are shown once; keep them.\n\n"
+            f"  API key:  {key}\n"
+            f"  Web:      {url}/admin/  (user admin, password {password})\n\n"
+            "Try it (a shell in /tmp):\n\n"
             f"  curl -s -X POST {url}/api/terminals -H 'X-API-Key: {key}' "
-            "-H 'Content-Type: application/json' -d '{}'\n\n"
-            "More keys: python manage.py create_api_key USERNAME [--staff]\n"
+            "-H 'Content-Type: application/json' -d '{\"cwd\": \"/tmp\"}'\n\n"
+            f"API docs: {url}/api/docs/\n"
+            f"More keys: {python} manage.py create_api_key USERNAME [--staff]\n"
+            f"New admin password: {python} manage.py changepassword admin\n"
         )
 
     def warn_unseparated(self) -> None:
@@ -50,7 +60,7 @@ class Command(BaseCommand):
         if warning:
             self.stdout.write(f"\n{warning}\n\n")
 
-    def run_daphne(self, host: str, port: int, key: str | None) -> None:
+    def run_daphne(self, host: str, port: int, first: tuple[str, str] | None) -> None:
         from daphne.server import Server  # installs Twisted's asyncio reactor: import it first
 
         from daphne.access import AccessLogGenerator
@@ -73,8 +83,8 @@ class Command(BaseCommand):
                 url = f"http://{host}:{listening_port.getHost().port}"
 
                 def announce():
-                    if key is not None:
-                        command.announce_key(key, url)
+                    if first is not None:
+                        command.announce_first_start(*first, url)
                     command.warn_unseparated()
                     command.stdout.write(f"Listening on {url}")
                     command.stdout.flush()
@@ -106,3 +116,13 @@ class Command(BaseCommand):
         sys.stdout.flush()
         if AnnouncingServer.failed:
             raise CommandError(f"cannot listen on {host}:{port}")
+
+
+def _shown_path(executable: str) -> str:
+    """The interpreter as an operator types it from the project folder: relative when it lies inside it."""
+    project = Path(__file__).resolve().parents[3]
+    try:
+        relative = Path(executable).relative_to(project)
+    except ValueError:
+        return shlex.quote(executable)
+    return shlex.quote(os.path.join(".", str(relative)) if not str(relative).startswith(".") else str(relative))
