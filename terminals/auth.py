@@ -7,6 +7,20 @@ from rest_framework import authentication, exceptions
 from .models import ApiKey
 
 SCHEMES = ("api-key", "bearer")
+HOW_TO_SEND = "send it in a header: `X-API-Key: <key>` or `Authorization: Bearer <key>` (or `Api-Key <key>`)"
+# Query parameters clients try for a key; the service never reads a key from a URL, which logs and histories keep.
+KEY_PARAMETERS = ("api_key", "apikey", "key", "token", "access_token")
+
+
+def missing_key_message(request) -> str:
+    """Why a request without a usable key header was refused, and how to send the key."""
+    scheme = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")[0]
+    if scheme and scheme.lower() not in SCHEMES:
+        # The scheme is not quoted back: a client that put the bare key there would see part of it echoed.
+        return f"No API key: the Authorization header's scheme is not one this service takes; {HOW_TO_SEND}"
+    if any(name in request.GET for name in KEY_PARAMETERS):
+        return f"No API key: a key in the URL is not read (URLs end up in logs); {HOW_TO_SEND}"
+    return f"No API key: {HOW_TO_SEND}"
 
 
 def presented_key(request) -> str | None:

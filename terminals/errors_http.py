@@ -1,11 +1,19 @@
 """Django's own error pages (unknown URL, server error, ...) in the API's error envelope."""
 
+from django.conf import settings
+from django.core.exceptions import DisallowedHost
 from django.http import JsonResponse
+from django.urls import Resolver404, resolve
 
 from .exceptions import envelope
 
 
 def bad_request(request, exception=None):
+    if isinstance(exception, DisallowedHost):
+        # The Host header is not one this service answers to: say which setting decides.
+        return JsonResponse(envelope("INVALID_INPUT", "This service does not answer to that host name; add it to "
+                                     "ALLOWED_HOSTS (environment variable ALLOWED_HOSTS, comma-separated)",
+                                     {"allowedHosts": list(settings.ALLOWED_HOSTS)}), status=400)
     return JsonResponse(envelope("INVALID_INPUT", "Bad request"), status=400)
 
 
@@ -14,7 +22,24 @@ def forbidden(request, exception=None):
 
 
 def not_found(request, exception=None):
-    return JsonResponse(envelope("NOT_FOUND", f"No endpoint at {request.path}"), status=404)
+    return JsonResponse(envelope("NOT_FOUND", f"No endpoint at {request.path}{_what_to_try(request.path)}"), status=404)
+
+
+def _what_to_try(path: str) -> str:
+    """A hint for a near miss: the same path without its trailing slash, or where the endpoints are listed."""
+    if path.endswith("/") and len(path) > 1 and _exists(path.rstrip("/")):
+        return f"; use {path.rstrip('/')} (no trailing slash)"
+    if path.startswith("/api/"):
+        return "; the endpoints are listed at /api/docs/"
+    return ""
+
+
+def _exists(path: str) -> bool:
+    try:
+        resolve(path)
+    except Resolver404:
+        return False
+    return True
 
 
 def server_error(request):

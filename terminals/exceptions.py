@@ -241,13 +241,17 @@ def exception_handler(exc: Exception, context: dict) -> Response:
     from .audit import audit_refusal
 
     error = as_service_error(exc)
+    request = context.get("request")
+    if isinstance(exc, exceptions.NotAuthenticated) and request is not None:
+        from .auth import missing_key_message
+
+        error = Unauthorized(missing_key_message(request))
     headers = {}
     wait = getattr(error, "wait", None)
     if isinstance(error, RateLimited) and wait is not None:
         headers["Retry-After"] = retry_after(wait)
     if isinstance(error, Unauthorized):
         headers["WWW-Authenticate"] = "Api-Key"
-    request = context.get("request")
     if request is not None and not isinstance(error, AuditUnavailable):  # its refusal could not be written either
         try:
             audit_refusal(request, context.get("view"), error)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import requests
 
 from terminals.models import ApiKey, AuditEvent, TerminalSession
 
@@ -91,6 +92,47 @@ def test_errors_unknown_api_url_is_not_found(alice, anonymous, path):
     """An unknown URL under /api/ answers 404 NOT_FOUND in the envelope, with a key or without."""
     assert_error(alice.get(path), 404, "NOT_FOUND")
     assert_error(anonymous.get(path), 404, "NOT_FOUND")
+
+
+@pytest.mark.parametrize(("path", "hint"), [
+    ("/api/terminals/", "use /api/terminals (no trailing slash)"),
+    ("/api/audit/", "use /api/audit (no trailing slash)"),
+    ("/api/nowhere", "the endpoints are listed at /api/docs/"),
+])
+def test_errors_unknown_url_says_what_to_try(alice, path, hint):
+    """A near miss says what to use instead: the path without its slash, or where the endpoints are listed."""
+    assert hint in assert_error(alice.get(path), 404, "NOT_FOUND")["message"]
+
+
+# Missing keys: the message names the headers that work
+
+
+@pytest.mark.parametrize(("how", "reason"), [
+    ("nothing", "No API key: send it in a header"),
+    ("token-scheme", "scheme is not one this service takes"),
+    ("query-parameter", "a key in the URL is not read"),
+])
+def test_errors_a_missing_key_names_the_headers_that_work(anonymous, keys, how, reason):
+    """401 UNAUTHORIZED says why no key was found and names X-API-Key and Authorization: Bearer; a key put in
+    the wrong place is not quoted back."""
+    key = keys["bob"]
+    headers, params = {}, {}
+    if how == "token-scheme":
+        headers["Authorization"] = f"Token {key}"
+    elif how == "query-parameter":
+        params["api_key"] = key
+    response = anonymous.get("/api/terminals", headers=headers, params=params)
+    error = assert_error(response, 401, "UNAUTHORIZED")
+    assert reason in error["message"], error
+    assert "X-API-Key: <key>" in error["message"] and "Authorization: Bearer <key>" in error["message"], error
+    assert key.split(".", 1)[1][:8] not in response.text
+
+
+def test_errors_an_unknown_host_names_the_setting(server):
+    """A Host header outside ALLOWED_HOSTS is refused with 400 naming the setting to change."""
+    response = requests.get(f"{server.url}/api/health", headers={"Host": "not-allowed.example"}, timeout=30)
+    error = assert_error(response, 400, "INVALID_INPUT")
+    assert "ALLOWED_HOSTS" in error["message"], error
 
 
 @pytest.mark.parametrize(
