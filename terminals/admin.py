@@ -54,9 +54,15 @@ class TerminalSessionAdmin(admin.ModelAdmin):
 
 @admin.register(AuditEvent)
 class AuditEventAdmin(admin.ModelAdmin):
-    list_display = ("at", "username", "key_prefix", "source", "action", "terminal_id", "outcome")
-    list_filter = ("action", "outcome")
+    list_display = ("when", "username", "key_prefix", "source", "action", "terminal_id", "outcome")
+    list_filter = ("action", "outcome", "username", "at")
+    date_hierarchy = "at"
+    ordering = ("-id",)  # newest first; ids follow the hash chain's order
     search_fields = ("username", "terminal_id", "key_prefix")
+
+    @admin.display(description="at (UTC)", ordering="id")
+    def when(self, event):
+        return event.at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC"
     readonly_fields = [field.name for field in AuditEvent._meta.fields]
 
     def has_add_permission(self, request):

@@ -51,6 +51,9 @@ SYSTEM = Actor()
 
 # Refusals are recorded under the same action names as the successes they stand for.
 VIEW_ACTIONS = {"destroy": "delete", "retrieve": "detail"}
+# A refused request is recorded under the name its accepted form has: running a command is "command" either way
+# (the commands view lists them on GET, which keeps the view's name).
+METHOD_ACTIONS = {("commands", "POST"): "command"}
 
 
 def client_address(request) -> str:
@@ -83,6 +86,7 @@ def audit_refusal(request, view, error) -> None:
     prefix = actor.key_prefix or _presented_prefix(request)
     action = getattr(view, "audit_action", None) or getattr(view, "action", None) or "request"
     action = VIEW_ACTIONS.get(action, action)
+    action = METHOD_ACTIONS.get((action, request.method), action)
     kwargs = getattr(view, "kwargs", {}) or {}
     AuditEvent.objects.create(
         user=actor.user,

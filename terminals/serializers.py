@@ -233,10 +233,16 @@ class ListQuerySerializer(serializers.Serializer):
 
 
 class AuditQuerySerializer(serializers.Serializer):
-    terminal = serializers.UUIDField(required=False)
-    action = serializers.CharField(required=False, max_length=32)
-    since = serializers.DateTimeField(required=False)
-    until = serializers.DateTimeField(required=False)
+    terminal = serializers.UUIDField(required=False, help_text="only events of this terminal")
+    action = serializers.CharField(required=False, max_length=32, help_text="only this action, e.g. input")
+    outcome = serializers.CharField(required=False, max_length=64,
+                                    help_text="only this outcome: ok, or an error code such as TERMINAL_NOT_FOUND")
+    user = serializers.CharField(required=False, max_length=150,
+                                 help_text="only this user's events (a user sees only their own whatever it says)")
+    since = serializers.DateTimeField(required=False, help_text="events at or after this time (ISO 8601)")
+    until = serializers.DateTimeField(required=False, help_text="events before this time (ISO 8601)")
+    ordering = serializers.ChoiceField(required=False, choices=["-at", "at"], default="-at",
+                                       help_text="-at: newest first (the default); at: oldest first")
 
 
 class AuditEventSerializer(serializers.ModelSerializer):

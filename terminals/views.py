@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema
 from django.http import StreamingHttpResponse
-from rest_framework import mixins, pagination, permissions, viewsets
+from rest_framework import exceptions, mixins, pagination, permissions, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -13,7 +13,7 @@ from . import json_input
 from . import serializers as s
 from . import sessions
 from .audit import Actor
-from .exceptions import InvalidInput
+from .exceptions import InvalidInput, NotFound
 from .models import AuditEvent
 from .redaction import redact
 from .throttling import ApiKeyRateThrottle, CreateRateThrottle
@@ -208,10 +208,23 @@ class HealthView(APIView):
         return ok(report, status=200 if report["status"] == "healthy" else 503)
 
 
+# What GET /api/audit takes; anything else is refused, so a misspelt filter cannot look like an empty result.
+AUDIT_PARAMETERS = {*s.AuditQuerySerializer().fields, "page", "pageSize"}
+
+
 class AuditPagination(pagination.PageNumberPagination):
     page_size = 100
     page_size_query_param = "pageSize"
     max_page_size = 1000
+
+    def paginate_queryset(self, queryset, request, view=None):
+        try:
+            return super().paginate_queryset(queryset, request, view)
+        except exceptions.NotFound:  # DRF's "Invalid page."
+            size = self.get_page_size(request)
+            pages = max(1, -(-queryset.count() // size))
+            raise NotFound(f"page {redact(request.query_params.get('page', ''))[:20]!r} is past the end: there are "
+                           f"{pages} pages of {size} events; ask for page 1 to {pages}", {"pages": pages}) from None
 
     def get_paginated_response(self, data):
         # The links repeat the query string: a key a client put there is not handed back.
@@ -249,12 +262,21 @@ class AuditViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
         return super().list(request, *args, **kwargs)
 
     def get_queryset(self):
-        query = valid(s.AuditQuerySerializer, self.request.query_params)
+        params = self.request.query_params
+        unknown = sorted(set(params) - AUDIT_PARAMETERS)
+        if unknown:
+            raise InvalidInput(f"unknown query parameter {redact(unknown[0])[:40]!r}; the audit list takes "
+                               f"{', '.join(sorted(AUDIT_PARAMETERS))}", {"accepted": sorted(AUDIT_PARAMETERS)})
+        query = valid(s.AuditQuerySerializer, params)
         events = AuditEvent.objects.visible_to(self.request.user)
         filters = {
             "terminal_id": query.get("terminal"),
             "action": query.get("action"),
+            "outcome": query.get("outcome"),
+            "username": query.get("user"),
             "at__gte": query.get("since"),
             "at__lt": query.get("until"),
         }
-        return events.filter(**{name: value for name, value in filters.items() if value is not None})
+        newest_first = query["ordering"] == "-at"
+        events = events.filter(**{name: value for name, value in filters.items() if value is not None})
+        return events.order_by("-id" if newest_first else "id")  # ids follow time: the hash chain's order

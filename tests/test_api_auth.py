@@ -306,8 +306,8 @@ def test_audit_staff_sees_every_users_events(two_users, staff):
     (carol, carol_api, carol_terminal), (dave, _, dave_terminal) = two_users
     assert {event["user"] for event in audit_events(staff, terminal=carol_terminal)} == {carol.username}
     assert {event["user"] for event in audit_events(staff, terminal=dave_terminal)} == {dave.username}
-    # From carol's first event on: the list is oldest first, and the run's earlier tests wrote thousands before it.
-    since = audit_events(carol_api)[0]["at"]
+    # From carol's first event on (oldest first):  the run's earlier tests wrote thousands before it.
+    since = audit_events(carol_api, ordering="at")[0]["at"]
     everyone = {event["user"] for event in audit_events(staff, since=since, pageSize=1000)}
     assert {carol.username, dave.username} <= everyone
 
@@ -316,17 +316,17 @@ def test_audit_filters_by_terminal_action_and_since(two_users):
     """terminal, action and since narrow the audit list."""
     (_, api, terminal), _ = two_users
     api.send(terminal, "echo second")
-    for_terminal = audit_events(api, terminal=terminal)
+    for_terminal = audit_events(api, terminal=terminal, ordering="at")
     assert {event["terminalId"] for event in for_terminal} == {terminal}
     assert [event["action"] for event in for_terminal] == ["create", "input", "input"]
 
-    inputs = audit_events(api, action="input")
+    inputs = audit_events(api, action="input", ordering="at")
     assert [event["action"] for event in inputs] == ["input", "input"]
     assert [event["details"]["input"] for event in inputs] == ["echo hello-carol\n", "echo second\n"]
 
-    everything = audit_events(api)
+    everything = audit_events(api, ordering="at")
     cutoff = everything[1]["at"]
-    since = audit_events(api, since=cutoff)
+    since = audit_events(api, since=cutoff, ordering="at")
     moment = datetime.fromisoformat(cutoff)
     assert [event["id"] for event in since] == [
         event["id"] for event in everything if datetime.fromisoformat(event["at"]) >= moment
@@ -351,6 +351,47 @@ def test_audit_list_is_paginated(two_users):
             break
         response = api.http.get(data["next"], timeout=30)
     assert seen == [event["id"] for event in everything]
+
+
+def test_audit_list_is_newest_first_unless_asked(two_users):
+    """By default the newest event comes first; ordering=at gives the oldest first; both hold the same events."""
+    (_, api, _), _ = two_users
+    newest_first = [event["id"] for event in audit_events(api)]
+    oldest_first = [event["id"] for event in audit_events(api, ordering="at")]
+    assert len(newest_first) >= 3
+    assert newest_first == sorted(newest_first, reverse=True)
+    assert oldest_first == list(reversed(newest_first))
+
+
+def test_audit_filters_by_user_and_outcome(two_users, staff):
+    """user and outcome narrow the list; a user filter naming someone else gives a user nothing of theirs."""
+    (carol, carol_api, _), (dave, _, _) = two_users
+    refused = audit_events(carol_api, outcome="TERMINAL_NOT_FOUND")
+    assert [(event["action"], event["user"]) for event in refused] == [("detail", carol.username)]
+    assert {event["user"] for event in audit_events(staff, user=dave.username)} == {dave.username}
+    assert audit_events(carol_api, user=dave.username) == []
+
+
+@pytest.mark.parametrize("params", [{"user_name": "x"}, {"bob": "1"}, {"api_key": "x"}, {"terminalId": "x"}])
+def test_audit_unknown_parameters_are_refused(two_users, params):
+    """A parameter the list does not take is 400 INVALID_INPUT naming it and the accepted ones, not silently
+    ignored (which would look like a filter that matched everything)."""
+    (_, api, _), _ = two_users
+    response = api.get("/api/audit", params=params)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["code"] == "INVALID_INPUT"
+    assert repr(next(iter(params))) in error["message"] and "outcome" in error["message"], error
+
+
+def test_audit_page_past_the_end_says_how_many_pages(two_users):
+    (_, api, _), _ = two_users
+    total = len(audit_events(api))
+    response = api.get("/api/audit", params={"pageSize": 1, "page": total + 5})
+    assert response.status_code == 404, response.text
+    error = response.json()["error"]
+    assert error["code"] == "NOT_FOUND" and error["details"] == {"pages": total}, error
+    assert f"there are {total} pages" in error["message"], error
 
 
 def test_audit_trail_cannot_be_changed_through_the_orm(orm):

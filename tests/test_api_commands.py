@@ -305,7 +305,7 @@ def test_command_is_refused_untyped_when_the_shell_shows_no_prompt_in_time(alice
     assert error["details"] == {"startingShell": {"waitedMs": 3000}}
     assert "has not shown its first prompt within 3 s" in error["message"]
     assert "nothing was typed" in error["message"] and "longer timeoutMs" in error["message"]
-    assert AuditEvent.objects.filter(terminal_id=terminal, action="commands", outcome="TERMINAL_BUSY").exists()
+    assert AuditEvent.objects.filter(terminal_id=terminal, action="command", outcome="TERMINAL_BUSY").exists()
 
     assert run_done(alice, terminal, "echo after-''start", timeoutMs=10_000)["output"] == "after-start\n"
     assert "never-" not in alice.full_output(terminal)
