@@ -6,8 +6,14 @@ under a running terminal would leave its process running off the record. A termi
 """
 
 from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import GroupAdmin, UserAdmin
+from django.contrib.auth.models import Group
+from django.contrib.admin.models import ADDITION, CHANGE, DELETION, LogEntry
+from django.db.models.signals import post_save
+from django.dispatch import receiver
 
-from . import sessions
+from . import keys, sessions
 from .audit import Actor, audit
 from .exceptions import AuditUnavailable, ServiceError
 from .models import ApiKey, AuditEvent, TerminalSession, Worker
@@ -77,19 +83,23 @@ class AuditEventAdmin(admin.ModelAdmin):
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
-    list_display = ("display_prefix", "name", "user", "created", "expires_at", "revoked_at")
+    list_display = ("display_prefix", "name", "user", "created", "last_used", "expires_at", "revoked_at")
     list_filter = ("revoked_at",)
     search_fields = ("prefix", "name", "user__username")
-    readonly_fields = ("prefix", "created", "revoked_at")
+    readonly_fields = ("prefix", "created", "last_used", "revoked_at")
     actions = ["revoke"]
 
     def has_add_permission(self, request):
         return False  # keys are made with create_api_key, which shows the plaintext once
 
+    def has_delete_permission(self, request, obj=None):
+        return False  # revoked, never deleted: the record of who held which key stays
+
     @admin.action(description="Revoke the selected keys")
     def revoke(self, request, queryset):
-        for key in queryset:
-            key.revoke()
+        actor = Actor.from_request(request)
+        revoked = [key.display_prefix for key in queryset.select_related("user") if keys.revoke_key(actor, key)]
+        self.message_user(request, f"Revoked {', '.join(revoked)}." if revoked else "Those keys were revoked already.")
 
 
 @admin.register(Worker)
@@ -114,3 +124,40 @@ def _audit_refusal(actor: Actor, terminal_id, error: ServiceError) -> None:
               via="admin")
     except AuditUnavailable:
         pass  # the refusal itself was shown to the admin; the trail cannot take it now
+
+
+LOGGED_ACTIONS = {ADDITION: "add", CHANGE: "change", DELETION: "delete"}
+
+
+class EachDeletionLogged:
+    """The admin logs a bulk deletion with one bulk insert, which sends no signal: log each object on its own, so
+    each reaches the audit trail below."""
+
+    def log_deletions(self, request, queryset):
+        return [LogEntry.objects.log_actions(request.user.pk, [obj], DELETION, single_object=True) for obj in queryset]
+
+
+class AuditedUserAdmin(EachDeletionLogged, UserAdmin):
+    pass
+
+
+class AuditedGroupAdmin(EachDeletionLogged, GroupAdmin):
+    pass
+
+
+for model, model_admin in ((get_user_model(), AuditedUserAdmin), (Group, AuditedGroupAdmin)):
+    if admin.site.is_registered(model):
+        admin.site.unregister(model)
+    admin.site.register(model, model_admin)
+
+
+@receiver(post_save, sender=LogEntry, dispatch_uid="terminals-audit-admin-log")
+def audit_admin_log_entry(sender, instance: LogEntry, created: bool, **kwargs) -> None:
+    """Every change made in the admin (a user's staff flag or password, a key's name, ...) is on the audit trail,
+    written inside the admin's own transaction: when the row cannot be written, the change is undone."""
+    if not created:
+        return
+    audit(Actor(user=instance.user, source="admin"), "admin",
+          change=LOGGED_ACTIONS.get(instance.action_flag, str(instance.action_flag)),
+          model=instance.content_type.model if instance.content_type else "",
+          object=instance.object_repr[:200], message=instance.get_change_message()[:500])

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+
+from django.db import DatabaseError
 from rest_framework import authentication, exceptions
 
 from .models import ApiKey
 
+logger = logging.getLogger(__name__)
 SCHEMES = ("api-key", "bearer")
 HOW_TO_SEND = "send it in a header: `X-API-Key: <key>` or `Authorization: Bearer <key>` (or `Api-Key <key>`)"
 # Query parameters clients try for a key; the service never reads a key from a URL, which logs and histories keep.
@@ -51,6 +55,10 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed("This API key has expired")
         if not record.user.is_active:
             raise exceptions.AuthenticationFailed("This API key's user is disabled")
+        try:
+            record.note_use()
+        except DatabaseError as error:  # a busy database must not refuse a request over a bookkeeping write
+            logger.warning("could not record the use of key %s: %s", record.display_prefix, error)
         return record.user, record
 
     def authenticate_header(self, request) -> str:

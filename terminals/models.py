@@ -20,6 +20,9 @@ KEY_TYPE = "tk"
 # A PositiveIntegerField holds this much on every database (PostgreSQL's integer is 32 bits).
 LARGEST_OUTPUT_BYTE_LIMIT = 2**31 - 1
 
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
 class ApiKeyManager(models.Manager["ApiKey"]):
     def create_key(self, *, user, name: str = "", expires_at=None) -> tuple[ApiKey, str]:
         """Creates a key; returns the record and the plaintext key, which is never stored."""
@@ -63,6 +66,8 @@ class ApiKey(models.Model):
     hashed_key = models.CharField(max_length=64, editable=False)
     created = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField(null=True, blank=True)
+    # When the key last authenticated a request, to the minute (written at most once a minute per key).
+    last_used = models.DateTimeField(null=True, blank=True, editable=False)
     revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     objects = ApiKeyManager()
@@ -80,6 +85,13 @@ class ApiKey(models.Model):
     def is_usable(self, now=None) -> bool:
         now = now or timezone.now()
         return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
+
+    def note_use(self, now=None) -> None:
+        """Records that the key was used now, unless it was recorded less than a minute ago."""
+        now = now or timezone.now()
+        if self.last_used is None or now - self.last_used >= LAST_USED_RESOLUTION:
+            ApiKey.objects.filter(pk=self.pk).update(last_used=now)
+            self.last_used = now
 
     def revoke(self) -> None:
         """Revokes the key for good; revoking twice keeps the first time."""

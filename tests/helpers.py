@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 from collections.abc import Callable
+
+from .servers import ROOT, service_env
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -60,3 +64,9 @@ def marked(terminal_id: str) -> list[int]:
     """Live processes carrying the terminal's environment marker."""
     marker = f"TERMINALS_TERMINAL_ID={terminal_id}".encode()
     return live_processes(lambda pid: marker in environment(pid))
+
+
+def manage(*args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess:
+    """Runs `manage.py ARGS` as an operator would, against the tests' database; returns the finished process."""
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=service_env(**env),
+                          capture_output=True, text=True, timeout=timeout)

@@ -16,21 +16,11 @@ from django.utils import timezone
 
 from terminals.models import ApiKey
 
+from .helpers import manage
 from .servers import ROOT, ServiceProcess, service_env, wait_for
 
 KEY = re.compile(r"^tk_[0-9a-f]{8}\.[A-Za-z0-9_-]{20,}$")
 COMMAND_TIMEOUT = 60
-
-
-def manage(*args: str, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=ROOT,
-        env=service_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=COMMAND_TIMEOUT,
-    )
 
 
 def create_api_key(*args: str) -> tuple[str, subprocess.CompletedProcess]:

@@ -6,8 +6,8 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
+from terminals import keys
 from terminals.environment import separation_warning
-from terminals.models import ApiKey
 
 
 class Command(BaseCommand):
@@ -22,14 +22,16 @@ class Command(BaseCommand):
     def handle(self, *args, username, staff, name, expires_days, **options):
         if expires_days is not None and expires_days < 1:
             raise CommandError("--expires-days must be at least 1")
-        user, created = get_user_model().objects.get_or_create(username=username)
+        actor = keys.command_line_actor("create_api_key")
+        user = get_user_model().objects.filter(username=username).first()
+        created = user is None
         if created:
-            user.set_unusable_password()
-        if staff and not user.is_staff:
-            user.is_staff = True
-        user.save()
+            user = keys.create_user(actor, username, staff=staff)
+        elif staff and not user.is_staff:
+            keys.set_user(actor, username, staff=True)
+            user.refresh_from_db()
         expires_at = timezone.now() + timedelta(days=expires_days) if expires_days else None
-        record, key = ApiKey.objects.create_key(user=user, name=name, expires_at=expires_at)
+        record, key = keys.create_key(actor, user, name=name, expires_at=expires_at)
         self.stderr.write(
             f"{'Created user ' + username + ' and a' if created else 'Created a'}n API key {record.display_prefix}"
             f"{' (staff)' if user.is_staff else ''}{', expires ' + expires_at.isoformat() if expires_at else ''}."

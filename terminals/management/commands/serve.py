@@ -12,8 +12,8 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from terminals import keys
 from terminals.environment import separation_warning
-from terminals.models import ApiKey
 
 
 class Command(BaseCommand):
@@ -36,10 +36,11 @@ class Command(BaseCommand):
         if users.exists():
             return None
         password = secrets.token_urlsafe(12)
-        admin = users.create(username="admin", is_staff=True, is_superuser=True)
-        admin.set_password(password)
-        admin.save()
-        return ApiKey.objects.create_key(user=admin, name="bootstrap")[1], password
+        actor = keys.command_line_actor("serve (first start)")
+        admin = keys.create_user(actor, "admin", staff=True, password=password)
+        admin.is_superuser = True
+        admin.save(update_fields=["is_superuser"])
+        return keys.create_key(actor, admin, name="bootstrap")[1], password
 
     def announce_first_start(self, key: str, password: str, url: str) -> None:
         python = _shown_path(sys.executable)
