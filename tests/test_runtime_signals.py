@@ -9,11 +9,10 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 
 import pytest
 
-from terminals.runtime import signals
+from terminals.runtime import pty, signals
 from terminals.runtime.buffer import OutputBuffer
 from terminals.runtime.pty import PtySession, SpawnSpec
 
@@ -22,7 +21,18 @@ from .runtime_support import cleanup, run, wait_until
 ENV = {"PATH": os.environ["PATH"], "HOME": "/tmp", "TERM": "xterm-256color"}
 # A launcher that waits before exec'ing the rest (setsid --ctty ...): a wide, certain window in which the terminal's
 # first process runs but its session does not exist yet, as in the first moments of every terminal.
-SLOW_LAUNCH = (sys.executable, "-c", "import os, sys, time; time.sleep(1.0); os.execvp(sys.argv[1], sys.argv[1:])")
+
+
+@pytest.fixture
+def before_setsid(monkeypatch, tmp_path):
+    """Terminals started meanwhile stay before their session exists until the test lets them on: their first
+    process is a stand-in for setsid that waits for a file before it runs the real one."""
+    gate = tmp_path / "go"
+    stand_in = tmp_path / "setsid"
+    stand_in.write_text(f'#!/bin/sh\nwhile [ ! -e {gate} ]; do sleep 0.01; done\nexec {pty.SETSID} "$@"\n')
+    stand_in.chmod(0o755)
+    monkeypatch.setattr(pty, "SETSID", str(stand_in))
+    return gate
 
 
 @pytest.fixture
@@ -139,12 +149,12 @@ def test_kill_marked_spares_processes_started_together_with_the_service(monkeypa
 # A terminal before and after its session exists
 
 
-def test_signal_before_the_session_exists_goes_to_the_first_process_only(strays):
+def test_signal_before_the_session_exists_goes_to_the_first_process_only(strays, before_setsid):
     """Right after the start the PTY has no foreground group (tcgetpgrp answers 0) and the first process is still
     in the caller's session and group: the signal goes to the first process, never to group 0 (the caller's)."""
 
     async def scenario():
-        session = spawn(["sleep", "100"], launch=SLOW_LAUNCH)
+        session = spawn(["sleep", "100"])
         try:
             assert session.foreground_group() == 0
             assert not session.has_session
@@ -158,9 +168,9 @@ def test_signal_before_the_session_exists_goes_to_the_first_process_only(strays)
     assert strays == []
 
 
-def test_terminate_before_the_session_exists_ends_the_first_process_only(strays):
+def test_terminate_before_the_session_exists_ends_the_first_process_only(strays, before_setsid):
     async def scenario():
-        session = spawn(["sleep", "100"], launch=SLOW_LAUNCH)
+        session = spawn(["sleep", "100"])
         try:
             assert not session.has_session
             status = await session.terminate(signal.SIGUSR1, grace=5.0)
