@@ -33,10 +33,7 @@ rm -f .coverage .coverage.*
 read -r pg_dir pg_url < <(bash scripts/postgres.sh start)
 pg_log="$(mktemp)"
 trap 'bash scripts/postgres.sh stop "$pg_dir"; rm -f "$pg_log"' EXIT
-# Until the load flakes listed in the README's Testing section are gone, a test that fails is run again (at most
-# twice); pytest reports every rerun ("R" and "rerun" in the summary), so none goes unseen.
-RERUNS=(--reruns 2 --reruns-delay 1 -raR)
-DATABASE_URL="$pg_url" .venv/bin/python -m pytest -p no:cov -p no:cacheprovider "${RERUNS[@]}" \
+DATABASE_URL="$pg_url" .venv/bin/python -m pytest -p no:cov -p no:cacheprovider \
   tests/test_e2e_lifecycle.py tests/test_audit_chain.py tests/test_worker.py tests/test_api_auth.py \
   tests/test_restart.py tests/test_acp.py tests/test_api_limits.py tests/test_zz_no_secrets.py >"$pg_log" 2>&1 &
 pg_run=$!
@@ -49,9 +46,9 @@ trap 'bash scripts/postgres.sh stop "$pg_dir"; rm -f "$pg_log"; rm -rf "$manifes
 sqlite_status=0
 TERMINALS_TEST_MANIFESTS="$manifests" TERMINALS_TEST_POSTGRES_URL="$pg_url" .venv/bin/python -m pytest \
   -n "$workers" --dist loadfile --ignore tests/test_zz_no_secrets.py \
-  --cov --cov-report=term "${RERUNS[@]}" "$@" || sqlite_status=$?
+  --cov --cov-report=term "$@" || sqlite_status=$?
 echo "=== the secrets check, over what every process of the run left ==="
-TERMINALS_TEST_MANIFESTS="$manifests" .venv/bin/python -m pytest -p no:cov -p no:cacheprovider "${RERUNS[@]}" \
+TERMINALS_TEST_MANIFESTS="$manifests" .venv/bin/python -m pytest -p no:cov -p no:cacheprovider \
   tests/test_zz_no_secrets.py || sqlite_status=$?
 pg_status=0
 wait "$pg_run" || pg_status=$?
