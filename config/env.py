@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -21,8 +22,23 @@ def env_bool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name} must be true or false, not {value!r}")
 
 
-def env_int(name: str, default: int, *, minimum: int = 0) -> int:
+def _named(name: str, aliases: tuple[str, ...]) -> tuple[str, str | None]:
+    """The variable that sets a setting, and its value: name first, then the older names it replaced, which
+    keep working. When both are set, name wins and the start says so."""
     value = os.getenv(name)
+    for alias in aliases:
+        old = os.getenv(alias)
+        if old is None or old.strip() == "":
+            continue
+        if value is None or value.strip() == "":
+            return alias, old
+        if old.strip() != value.strip():
+            print(f"WARNING: {alias}={old} is ignored: {name}={value} replaces it", file=sys.stderr)
+    return name, value
+
+
+def env_int(name: str, default: int, *, minimum: int = 0, aliases: tuple[str, ...] = ()) -> int:
+    name, value = _named(name, aliases)
     if value is None or value.strip() == "":
         return default
     try:

@@ -199,14 +199,15 @@ LOGGING = {
 # `manage.py serve` writes daphne's access log (one line per request, with the URL, keys masked) to stdout.
 ACCESS_LOG = env_bool("TERMINALS_ACCESS_LOG", False)
 
-# The service's own settings. Names from the REST contract (MAX_BUFFER_SIZE,
-# SESSION_TIMEOUT, HOST, PORT) are kept as they are; the rest share the TERMINALS_ prefix.
+# The service's own settings, all TERMINALS_*; the REST contract's names (MAX_BUFFER_SIZE, SESSION_TIMEOUT) keep
+# working as aliases. HOST and PORT keep their plain names, which every server tool uses.
 HOST = os.getenv("HOST", "127.0.0.1")
 PORT = env_int("PORT", 3001)
 TERMINALS = {
-    "MAX_BUFFER_LINES": env_int("MAX_BUFFER_SIZE", 10_000, minimum=1),
+    "MAX_BUFFER_LINES": env_int("TERMINALS_MAX_BUFFER_LINES", 10_000, minimum=1, aliases=("MAX_BUFFER_SIZE",)),
     "MAX_BUFFER_BYTES": env_int("TERMINALS_MAX_BUFFER_BYTES", 4 << 20, minimum=1024),
-    "SESSION_TIMEOUT_MS": env_int("SESSION_TIMEOUT", 24 * 3600 * 1000, minimum=1),
+    "SESSION_TIMEOUT_MS": env_int("TERMINALS_SESSION_TIMEOUT_MS", 24 * 3600 * 1000, minimum=1,
+                                  aliases=("SESSION_TIMEOUT",)),
     "SWEEP_INTERVAL_MS": env_int("TERMINALS_SWEEP_INTERVAL_MS", 5 * 60 * 1000, minimum=100),
     "ALLOWED_SHELLS": env_list("TERMINALS_ALLOWED_SHELLS", []),  # empty: the shells in /etc/shells
     "DEFAULT_SHELL": os.getenv("TERMINALS_DEFAULT_SHELL", ""),  # empty: $SHELL if allowed, else bash, else sh

@@ -40,7 +40,7 @@ def limited(request, tmp_path_factory, django_db_setup):
         TERMINALS_CWD_ROOT=str(root),
         TERMINALS_MAX_PER_USER=str(MAX_PER_USER),
         TERMINALS_MAX_INPUT_BYTES=str(MAX_INPUT_BYTES),
-        MAX_BUFFER_SIZE=str(MAX_BUFFER_LINES),
+        TERMINALS_MAX_BUFFER_LINES=str(MAX_BUFFER_LINES),
         TERMINALS_MAX_BUFFER_BYTES=str(MAX_BUFFER_BYTES),
         TERMINALS_MAX_ENV_VARS=str(MAX_ENV_VARS),
     )
