@@ -191,10 +191,19 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     # An API key sent in the wrong place (a URL, say) is masked in every log line.
-    "filters": {"secrets": {"()": "terminals.redaction.RedactSecrets"}},
+    "filters": {
+        "secrets": {"()": "terminals.redaction.RedactSecrets"},
+        # Each refused request is logged once, by the service, on terminals.refusals (INFO): see log_filters.py.
+        "server_errors_only": {"()": "terminals.log_filters.ServerErrorsOnly"},
+    },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["secrets"]}},
     "root": {"handlers": ["console"], "level": os.getenv("LOG_LEVEL", "INFO").upper()},
-    "loggers": {"daphne": {"level": "WARNING"}, "django.channels.server": {"level": "WARNING"}},
+    "loggers": {
+        "daphne": {"level": "WARNING"},
+        "django.channels.server": {"level": "WARNING"},
+        "django.request": {"filters": ["server_errors_only"]},
+        "terminals.refusals": {"level": os.getenv("TERMINALS_REFUSALS_LOG_LEVEL", "INFO").upper()},
+    },
 }
 # `manage.py serve` writes daphne's access log (one line per request, with the URL, keys masked) to stdout.
 ACCESS_LOG = env_bool("TERMINALS_ACCESS_LOG", False)

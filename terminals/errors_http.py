@@ -6,23 +6,29 @@ from django.http import JsonResponse
 from django.urls import Resolver404, resolve
 
 from .exceptions import envelope
+from .log_filters import log_refusal
+
+
+def _refused(request, status: int, code: str, message: str, details: dict | None = None) -> JsonResponse:
+    log_refusal(request, status, code)
+    return JsonResponse(envelope(code, message, details), status=status)
 
 
 def bad_request(request, exception=None):
     if isinstance(exception, DisallowedHost):
         # The Host header is not one this service answers to: say which setting decides.
-        return JsonResponse(envelope("INVALID_INPUT", "This service does not answer to that host name; add it to "
-                                     "ALLOWED_HOSTS (environment variable ALLOWED_HOSTS, comma-separated)",
-                                     {"allowedHosts": list(settings.ALLOWED_HOSTS)}), status=400)
-    return JsonResponse(envelope("INVALID_INPUT", "Bad request"), status=400)
+        return _refused(request, 400, "INVALID_INPUT", "This service does not answer to that host name; add it to "
+                        "ALLOWED_HOSTS (environment variable ALLOWED_HOSTS, comma-separated)",
+                        {"allowedHosts": list(settings.ALLOWED_HOSTS)})
+    return _refused(request, 400, "INVALID_INPUT", "Bad request")
 
 
 def forbidden(request, exception=None):
-    return JsonResponse(envelope("FORBIDDEN", "Not allowed"), status=403)
+    return _refused(request, 403, "FORBIDDEN", "Not allowed")
 
 
 def not_found(request, exception=None):
-    return JsonResponse(envelope("NOT_FOUND", f"No endpoint at {request.path}{_what_to_try(request.path)}"), status=404)
+    return _refused(request, 404, "NOT_FOUND", f"No endpoint at {request.path}{_what_to_try(request.path)}")
 
 
 def _what_to_try(path: str) -> str:

@@ -252,6 +252,10 @@ def exception_handler(exc: Exception, context: dict) -> Response:
         headers["Retry-After"] = retry_after(wait)
     if isinstance(error, Unauthorized):
         headers["WWW-Authenticate"] = "Api-Key"
+    if request is not None and error.status_code < 500:  # a server error is logged with its traceback instead
+        from .log_filters import log_refusal
+
+        log_refusal(request, error.status_code, error.default_code)
     if request is not None and not isinstance(error, AuditUnavailable):  # its refusal could not be written either
         try:
             audit_refusal(request, context.get("view"), error)
