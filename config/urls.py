@@ -7,7 +7,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
 from terminals import errors_http
-from terminals.views import AuditViewSet, HealthView, TerminalViewSet
+from terminals.views import AuditViewSet, HealthView, LivenessView, ReadinessView, TerminalViewSet
 from terminals.views_acp import AcpView
 
 router = SimpleRouter(trailing_slash=False)
@@ -18,6 +18,8 @@ urlpatterns = [
     # Until there is a page of our own, the start is the API's documentation (the admin's "View site" leads here).
     path("", RedirectView.as_view(url="/api/docs/", permanent=False), name="home"),
     path("api/health", HealthView.as_view(), name="health"),
+    path("api/health/live", LivenessView.as_view(), name="health-live"),
+    path("api/health/ready", ReadinessView.as_view(), name="health-ready"),
     path("api/acp", AcpView.as_view(), name="acp"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),

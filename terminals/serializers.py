@@ -443,15 +443,40 @@ class ScreenSerializer(serializers.Serializer):
     title = serializers.CharField(allow_blank=True)
 
 
+class WorkerReportSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    hostname = serializers.CharField()
+    pid = serializers.IntegerField()
+    alive = serializers.BooleanField(help_text="not stopped, and its last heartbeat is recent")
+    heartbeatAgeMs = serializers.IntegerField()
+    stopped = serializers.DateTimeField(allow_null=True)
+    activeTerminals = serializers.IntegerField()
+
+
 class HealthSerializer(serializers.Serializer):
     status = serializers.ChoiceField(choices=["healthy", "degraded"])
     uptime = serializers.FloatField()
     activeTerminals = serializers.IntegerField(allow_null=True)
     version = serializers.CharField()
-    worker = serializers.DictField()
+    worker = serializers.DictField(help_text="the worker that answered a ping through the channel layer")
+    workers = WorkerReportSerializer(many=True, allow_null=True,
+                                     help_text="every worker, from its heartbeats (null when the database is down)")
     database = serializers.DictField()
     isolation = serializers.DictField(help_text="usersSeparated: whether each user's terminals run as an account "
                                       "of their own; runAs; problem: why not and what to do")
+
+
+class LivenessSerializer(serializers.Serializer):
+    status = serializers.ChoiceField(choices=["alive"])
+    uptime = serializers.FloatField()
+    version = serializers.CharField()
+
+
+class ReadinessSerializer(serializers.Serializer):
+    status = serializers.ChoiceField(choices=["ready", "not_ready"])
+    checks = serializers.DictField(child=serializers.BooleanField(),
+                                   help_text="database, channelLayer, liveWorker: each true when it holds")
+    workers = WorkerReportSerializer(many=True)
 
 
 class ErrorSerializer(serializers.Serializer):

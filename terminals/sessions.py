@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
-from django.db.models import BooleanField, ExpressionWrapper
+from django.db.models import BooleanField, Count, ExpressionWrapper, Q
 from django.utils import timezone
 
 from . import protocol, worker_client
@@ -392,9 +393,44 @@ def health() -> dict:
         "activeTerminals": active,
         "version": settings.VERSION,
         "worker": worker,
+        "workers": workers_report() if database_ok else None,
         "database": {"ok": database_ok},
         "isolation": isolation(),
     }
+
+
+def liveness() -> dict:
+    """That this process answers: nothing else is asked (no database, no channel layer)."""
+    return {"status": "alive", "uptime": round(time.monotonic() - STARTED, 3), "version": settings.VERSION}
+
+
+def readiness() -> dict:
+    """Whether this process can serve requests now: its database answers, the channel layer carries a ping to a
+    worker and back, and at least one worker beats. Each check is reported, with what failed."""
+    checks = {"database": _database_answers()}
+    try:
+        worker_client.request_sync(protocol.CREATE_CHANNEL, protocol.PING, reply_within=2.0)
+        checks["channelLayer"] = True
+    except ServiceError:
+        checks["channelLayer"] = False
+    workers = workers_report() if checks["database"] else []
+    checks["liveWorker"] = any(worker["alive"] for worker in workers)
+    return {"status": "ready" if all(checks.values()) else "not_ready", "checks": checks, "workers": workers}
+
+
+def workers_report() -> list[dict]:
+    """Every worker that has not stopped (and those stopped in the last hour): its host, pid, heartbeat age,
+    whether it is alive, and how many active terminals it holds."""
+    now = timezone.now()
+    recent = Q(stopped__isnull=True) | Q(stopped__gte=now - timedelta(hours=1))
+    live = set(Worker.objects.live().values_list("id", flat=True))
+    rows = (Worker.objects.filter(recent)
+            .annotate(active_terminals=Count("terminals", filter=Q(terminals__status="active")))
+            .order_by("hostname", "started"))
+    return [{"id": worker.id, "hostname": worker.hostname, "pid": worker.pid, "alive": worker.id in live,
+             "heartbeatAgeMs": max(0, round((now - worker.last_seen).total_seconds() * 1000)),
+             "stopped": worker.stopped.isoformat() if worker.stopped else None, "activeTerminals": worker.active_terminals}
+            for worker in rows]
 
 
 def _database_answers() -> bool:

@@ -208,6 +208,29 @@ class HealthView(APIView):
         return ok(report, status=200 if report["status"] == "healthy" else 503)
 
 
+class LivenessView(HealthView):
+    """That the process answers, for a load balancer's liveness probe: asks nothing of the database or Redis."""
+
+    audit_action = "health_live"
+
+    @extend_schema(tags=["health"], summary="Liveness: the process answers",
+                   responses={200: s.enveloped(s.LivenessSerializer)})
+    def get(self, request):
+        return ok(sessions.liveness())
+
+
+class ReadinessView(HealthView):
+    """Whether this process can serve now, for a load balancer's readiness probe: 503 with what failed."""
+
+    audit_action = "health_ready"
+
+    @extend_schema(tags=["health"], summary="Readiness: database, channel layer and a live worker",
+                   responses={200: s.enveloped(s.ReadinessSerializer), 503: s.enveloped(s.ReadinessSerializer)})
+    def get(self, request):
+        report = sessions.readiness()
+        return ok(report, status=200 if report["status"] == "ready" else 503)
+
+
 # What GET /api/audit takes; anything else is refused, so a misspelt filter cannot look like an empty result.
 AUDIT_PARAMETERS = {*s.AuditQuerySerializer().fields, "page", "pageSize"}
 

@@ -25,7 +25,7 @@ from .client import Api
 from .test_live import Live, refusal
 
 # Routes anyone may read: the service's health, its API description and the start page (which leads to it).
-PUBLIC = {"", "api/health", "api/schema/", "api/docs/"}
+PUBLIC = {"", "api/health", "api/health/live", "api/health/ready", "api/schema/", "api/docs/"}
 # Routes of the whole collection: a key is needed, and each caller sees only their own.
 COLLECTIONS = {("api/terminals", "GET"), ("api/terminals", "POST"), ("api/audit", "GET"), ("api/acp", "POST")}
 # Django's admin has its own login (a staff session); tests/test_admin*.py cover it.
