@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, PolymorphicProxySerializer, extend_schema
 from django.http import StreamingHttpResponse
 from rest_framework import exceptions, mixins, pagination, permissions, viewsets
 from rest_framework.decorators import action
@@ -63,7 +64,13 @@ class TerminalViewSet(viewsets.ViewSet):
 
     @extend_schema(
         request=s.TerminateSerializer,
-        parameters=[OpenApiParameter("signal", str, enum=s.SIGNALS, description="Also accepted in the body")],
+        parameters=[
+            OpenApiParameter("signal", str, enum=s.SIGNALS, description="The first signal (default SIGTERM); also "
+                             "accepted in the body"),
+            OpenApiParameter("force", bool, description="SIGKILL at once, without the grace; also in the body"),
+            OpenApiParameter("gracefulTimeoutMs", int, description="Milliseconds between the signal and SIGKILL; "
+                             "also in the body"),
+        ],
         responses={200: s.enveloped(s.TerminalSerializer, message=True), **ERRORS},
     )
     def destroy(self, request, pk=None):
@@ -85,7 +92,12 @@ class TerminalViewSet(viewsets.ViewSet):
         return ok(sent, message="Input sent successfully")
 
     @extend_schema(parameters=[s.OutputQuerySerializer],
-                   responses={200: PolymorphicProxySerializer("OutputOrBytes", [s.enveloped(s.OutputSerializer), s.enveloped(s.BytesSerializer)], None), **ERRORS})
+                   responses={(200, "application/json"): PolymorphicProxySerializer(
+                                  "OutputOrBytes", [s.enveloped(s.OutputSerializer), s.enveloped(s.BytesSerializer)], None),
+                              (200, "text/event-stream"): OpenApiResponse(
+                                  OpenApiTypes.STR, description="with follow=true: Server-Sent Events (output, gap, "
+                                                                "exit), each with its byte offset as id"),
+                              **ERRORS})
     @action(detail=True, methods=["get"])
     def output(self, request, pk=None):
         query = s.OutputQuerySerializer(data=request.query_params)

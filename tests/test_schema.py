@@ -222,3 +222,19 @@ def test_schema_generates_valid_without_warnings():
         cwd=ROOT, env=service_env(), capture_output=True, text=True, timeout=120,
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_schema_every_operation_has_its_own_summary_and_description(document):
+    operations = [(path, method, operation) for path, methods in document["paths"].items()
+                  for method, operation in methods.items()]
+    summaries = [operation.get("summary") for _, _, operation in operations]
+    descriptions = [operation.get("description") for _, _, operation in operations]
+    assert all(summaries) and len(set(summaries)) == len(operations), summaries
+    assert all(descriptions) and len(set(descriptions)) == len(operations)
+
+
+def test_schema_documents_delete_parameters_and_the_event_stream(document):
+    delete = document["paths"]["/api/terminals/{id}"]["delete"]
+    assert {"signal", "force", "gracefulTimeoutMs"} <= {parameter["name"] for parameter in delete["parameters"]}
+    output = document["paths"]["/api/terminals/{id}/output"]["get"]["responses"]["200"]["content"]
+    assert {"application/json", "text/event-stream"} <= set(output)
