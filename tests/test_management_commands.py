@@ -114,7 +114,8 @@ def start_serve(data_dir: str, *extra: str) -> tuple[ServiceProcess, str]:
 
 
 def printed_keys(log: str) -> list[str]:
-    return [line.strip() for line in log.splitlines() if KEY.match(line.strip())]
+    """The keys a banner shows on an "API key:" line."""
+    return [match.group(1) for match in re.finditer(r"^\s*API key:\s+(\S+)$", log, re.M) if KEY.match(match.group(1))]
 
 
 @pytest.fixture(scope="module")

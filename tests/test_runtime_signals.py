@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 
 import pytest
 
@@ -29,7 +30,10 @@ def before_setsid(monkeypatch, tmp_path):
     process is a stand-in for setsid that waits for a file before it runs the real one."""
     gate = tmp_path / "go"
     stand_in = tmp_path / "setsid"
-    stand_in.write_text(f'#!/bin/sh\nwhile [ ! -e {gate} ]; do sleep 0.01; done\nexec {pty.SETSID} "$@"\n')
+    # Python, which leaves SIGUSR1 at its default action (a shell may catch it, and the runtime would then hang up).
+    stand_in.write_text(f"#!{sys.executable}\nimport os, sys, time\n"
+                        f"while not os.path.exists({str(gate)!r}):\n    time.sleep(0.01)\n"
+                        f"os.execv({pty.SETSID!r}, [{pty.SETSID!r}, *sys.argv[1:]])\n")
     stand_in.chmod(0o755)
     monkeypatch.setattr(pty, "SETSID", str(stand_in))
     return gate
