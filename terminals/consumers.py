@@ -21,7 +21,7 @@ from django.http.request import validate_host
 
 from . import json_input, protocol, sessions, worker_client, worker_watch
 from .audit import Actor, audit
-from .exceptions import InvalidInput, ServiceError, TerminalInactive, TerminalNotFound, WorkerUnavailable
+from .exceptions import AuditUnavailable, InvalidInput, ServiceError, TerminalInactive, TerminalNotFound, WorkerUnavailable
 from .models import ApiKey
 from .runtime.buffer import decode
 
@@ -169,7 +169,13 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         if self.read_only and kind != "ack":
             return await self._error("FORBIDDEN", "this connection is read-only (mode=view)")
         try:
-            await handler(frame)
+            try:
+                await handler(frame)
+            except DatabaseError as error:
+                # A lookup before anything is done found the database locked or away (the audit writes themselves
+                # already answer AUDIT_UNAVAILABLE): the frame is refused the same way, the connection stays.
+                raise AuditUnavailable("the database did not answer; nothing was done, send the frame again",
+                                       {"frame": kind}) from error
         except ServiceError as error:
             if kind == "input":  # as POST .../input does, a refused input leaves its own row
                 await self._audit_input_refusal(error)

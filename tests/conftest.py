@@ -83,7 +83,9 @@ def embedded_server(django_db_setup):
 
 @pytest.fixture(scope="session")
 def split_server(django_db_setup):
-    server = start_split(webs=2, workers=2)
+    # A worker busy with a flood on a loaded machine may take more than the 5 s default to answer a request; the
+    # tests of that timeout start deployments of their own.
+    server = start_split(webs=2, workers=2, TERMINALS_WORKER_TIMEOUT_MS="20000")
     yield server
     server.stop()
 
