@@ -83,9 +83,9 @@ def embedded_server(django_db_setup):
 
 @pytest.fixture(scope="session")
 def split_server(django_db_setup):
-    # A worker busy with a flood on a loaded machine may take more than the 5 s default to answer a request; the
-    # tests of that timeout start deployments of their own.
-    server = start_split(webs=2, workers=2, TERMINALS_WORKER_TIMEOUT_MS="20000")
+    # A worker busy with a flood or a burst of 50 creations on a loaded machine may take more than the 5 s default
+    # to answer; the tests of that timeout start deployments of their own.
+    server = start_split(webs=2, workers=2, TERMINALS_WORKER_TIMEOUT_MS="60000")
     yield server
     server.stop()
 

@@ -61,7 +61,7 @@ def test_requests_fail_fast_when_the_worker_is_gone(split, keys):
     assert health.status_code == 503
     assert health.json()["data"]["worker"]["ok"] is False
     # The PTY closed with the worker, so the shell was hung up.
-    wait_for(lambda: session_members(terminal["pid"]) == [], 10, "the orphaned shell to end")
+    wait_for(lambda: session_members(terminal["pid"]) == [], 30, "the orphaned shell to end")
 
 
 def test_a_new_worker_marks_the_old_terminals_lost_and_serves_new_ones(split, keys):
@@ -70,8 +70,8 @@ def test_a_new_worker_marks_the_old_terminals_lost_and_serves_new_ones(split, ke
     old = api.create(shell="/bin/bash")["terminalId"]
     split.process("worker0").stop(signal.SIGKILL)
     # Lost is decided by the heartbeat: wait until the dead worker's beat is stale.
-    wait_for(lambda: api.get(f"/api/terminals/{old}/output").status_code == 503, 10, "503 for the dead worker")
-    wait_for(lambda: _stale(api, old), 10, "the dead worker's heartbeat to go stale")
+    wait_for(lambda: api.get(f"/api/terminals/{old}/output").status_code == 503, 30, "503 for the dead worker")
+    wait_for(lambda: _stale(api, old), 30, "the dead worker's heartbeat to go stale")
     start_worker(split)
     record = api.wait_status(old, "lost")
     assert record["ended"] is not None
@@ -144,7 +144,7 @@ def _terminal_with_escapees(api: Api) -> tuple[str, str]:
     """A bash terminal that has started ESCAPED (and checked that they did escape); returns its id and worker."""
     terminal = api.create(shell="/bin/bash")
     api.send(terminal["terminalId"], ESCAPES)
-    wait_for(lambda: ESCAPED <= set(_left_running(terminal["terminalId"]).values()), 10, "the escapees to start")
+    wait_for(lambda: ESCAPED <= set(_left_running(terminal["terminalId"]).values()), 30, "the escapees to start")
     by_command = {command: pid for pid, command in _left_running(terminal["terminalId"]).items()}
     assert by_command["sleep 1002"] not in session_members(terminal["pid"])  # setsid: a session of its own
     assert _parent(by_command["sleep 1003"]) != terminal["pid"]  # double fork: the shell is not its parent
@@ -264,7 +264,7 @@ def test_a_zombie_worker_counts_as_gone_at_the_next_beat(two_workers, keys):
     host = api.get(f"/api/terminals/{terminal}").json()["data"]["worker"]
     process = _process_of(server, host)
     os.kill(process.pid, signal.SIGKILL)  # and nobody waits for it: it stays a zombie
-    wait_for(lambda: _state(process.pid) == "Z", 10, "the killed worker to be a zombie")
+    wait_for(lambda: _state(process.pid) == "Z", 30, "the killed worker to be a zombie")
 
     api.wait_status(terminal, "lost", timeout=3 * HEARTBEAT_MS / 1000 + 10)
     assert _state(process.pid) == "Z"
@@ -500,7 +500,7 @@ def test_a_worker_judged_gone_while_frozen_ends_its_lost_terminals_when_it_resum
             api.wait_status(terminal["terminalId"], "lost", timeout=15)
         finally:
             frozen.process.send_signal(signal.SIGCONT)
-        wait_for(lambda: session_members(terminal["pid"]) == [], 10, "the lost terminal's shell to be ended")
+        wait_for(lambda: session_members(terminal["pid"]) == [], 30, "the lost terminal's shell to be ended")
         assert api.get(f"/api/terminals/{terminal['terminalId']}").json()["data"]["status"] == "lost"
         assert not AuditEvent.objects.filter(terminal_id=terminal["terminalId"], action="exit").exists()
         assert "was marked lost while this worker still ran it" in frozen.log()
@@ -548,7 +548,7 @@ def _unmarked_escapee(api: Api, terminal: str, name: str) -> int:
     def started():
         return [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if command_line(pid).startswith(f"{name} ")]
 
-    (pid,) = wait_for(started, 10, "the unmarked escapee to start")
+    (pid,) = wait_for(started, 30, "the unmarked escapee to start")
     return pid
 
 
