@@ -15,8 +15,8 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402 - Django must be set
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import path  # noqa: E402
 
-from terminals.consumers import TerminalConsumer  # noqa: E402
-from terminals.embedded import WithEmbeddedWorker  # noqa: E402
+from terminals.live.consumer import TerminalConsumer  # noqa: E402
+from terminals.worker.embedded import WithEmbeddedWorker  # noqa: E402
 from terminals.redaction import redact_access_log  # noqa: E402
 from terminals.static_files import with_static_files  # noqa: E402
 

@@ -155,9 +155,9 @@ REST_FRAMEWORK = {
         "create": os.getenv("TERMINALS_CREATE_THROTTLE_RATE", "60/min"),
     },
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["terminals.parsers.KeepableJSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["terminals.api.parsers.KeepableJSONParser"],
     "EXCEPTION_HANDLER": "terminals.exceptions.exception_handler",
-    "DEFAULT_SCHEMA_CLASS": "terminals.schema.DescribedAutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "terminals.api.schema.DescribedAutoSchema",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
     "NUM_PROXIES": 0,
 }

@@ -6,9 +6,9 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
-from terminals import errors_http
-from terminals.views import AuditViewSet, HealthView, LivenessView, ReadinessView, TerminalViewSet
-from terminals.views_acp import AcpView
+from terminals.api import errors as errors_http
+from terminals.api.views import AuditViewSet, HealthView, LivenessView, ReadinessView, TerminalViewSet
+from terminals.acp.views import AcpView
 
 router = SimpleRouter(trailing_slash=False)
 router.register("terminals", TerminalViewSet, basename="terminal")

@@ -114,7 +114,7 @@ MUTANTS = [
     ),
     Mutant(
         "refused-websocket-acts", "a refused WebSocket acts on none of its frames",
-        "terminals/consumers.py",
+        "terminals/live/consumer.py",
         '''        if not self.attached or self.closing:''',
         '''        if False:''',
         ("tests/test_hostile_input.py::test_a_refused_websocket_acts_on_none_of_its_frames",),

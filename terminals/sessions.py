@@ -12,7 +12,7 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import BooleanField, Count, ExpressionWrapper, Q
 from django.utils import timezone
 
-from . import protocol, worker_client
+from .worker import protocol, client as worker_client
 from .audit import Actor, audit
 from .environment import (AccountMissing, build_env, invalid, isolation, resolve_cwd, resolve_program, resolve_shell,
                           run_as_account, shell_argv, validate_env)
@@ -99,7 +99,7 @@ def _worker_live(record: TerminalSession) -> bool:
 def _hosted_here(record: TerminalSession) -> bool:
     """Whether the terminal lives in this process's embedded worker, which is alive whatever its heartbeat says:
     under load the heartbeat waits behind the worker's other database writes and can be late."""
-    from .embedded import current_worker
+    from .worker.embedded import current_worker
 
     worker = current_worker()
     return worker is not None and worker.id == record.worker_id
@@ -294,7 +294,7 @@ def session_newest_output(*, actor: Actor, terminal_id) -> dict:
 
 def session_follow(*, actor: Actor, terminal_id, from_byte: int | None):
     """An async stream of Server-Sent Events with the terminal's output from from_byte, live."""
-    from .follow import follow
+    from .worker.follow import follow
 
     record = session_get_for(user=actor.user, terminal_id=terminal_id)
     channel = _hosting_channel(record)

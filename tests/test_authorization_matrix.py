@@ -18,7 +18,7 @@ import requests
 import websockets
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from terminals.acp import METHODS as ACP_METHODS
+from terminals.acp.methods import METHODS as ACP_METHODS
 from terminals.models import AuditEvent
 
 from .client import Api

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from terminals.runtime.ansi import strip_ansi
 from terminals.runtime.buffer import MODES, LineRead, OutputBuffer
-from terminals.shapes import bytes_data, line_read_data, read_text
+from terminals.worker.shapes import bytes_data, line_read_data, read_text
 
 # Deterministic: the same examples on every run and on CI, no example database, no deadline on a loaded machine.
 PROFILE = settings(

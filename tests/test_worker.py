@@ -7,10 +7,10 @@ import time
 import pytest
 from channels.layers import InMemoryChannelLayer
 
-from terminals import protocol
+from terminals.worker import protocol
 from terminals.models import AuditEvent, TerminalSession, Worker
 from terminals.runtime.manager import Limits
-from terminals.worker import TerminalWorker
+from terminals.worker.consumer import TerminalWorker
 
 from .conftest import make_key
 

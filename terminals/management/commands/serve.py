@@ -68,7 +68,7 @@ class Command(BaseCommand):
         from twisted.internet import defer, reactor
 
         from config.asgi import application
-        from terminals.embedded import ensure_worker
+        from terminals.worker.embedded import ensure_worker
 
         command = self
 

@@ -7,7 +7,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from terminals.environment import separation_warning
-from terminals.worker import TerminalWorker
+from terminals.worker.consumer import TerminalWorker
 
 
 class Command(BaseCommand):

@@ -1,4 +1,4 @@
-"""The Agent Client Protocol endpoint: JSON-RPC 2.0 over POST, answered by terminals.acp."""
+"""The Agent Client Protocol endpoint: JSON-RPC 2.0 over POST, answered by terminals.acp.methods."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from . import acp
-from . import serializers as s
-from .audit import Actor, audit
-from .exceptions import ServiceError, as_service_error, retry_after
-from .throttling import ApiKeyRateThrottle, CreateRateThrottle
+from . import methods as acp
+from ..api import serializers as s
+from ..audit import Actor, audit
+from ..exceptions import ServiceError, as_service_error, retry_after
+from ..throttling import ApiKeyRateThrottle, CreateRateThrottle
 
 DESCRIPTION = """\
 JSON-RPC 2.0: one request object or a batch (an array) of them. Methods: terminal/create,

@@ -34,11 +34,11 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from . import json_input, sessions
-from .audit import Actor
-from .exceptions import ServiceError, TerminalNotFound
-from .models import LARGEST_OUTPUT_BYTE_LIMIT
-from .redaction import redact
+from .. import json_input, sessions
+from ..audit import Actor
+from ..exceptions import ServiceError, TerminalNotFound
+from ..models import LARGEST_OUTPUT_BYTE_LIMIT
+from ..redaction import redact
 
 logger = logging.getLogger(__name__)
 

@@ -19,11 +19,12 @@ from django.conf import settings
 from django.db import DatabaseError
 from django.http.request import validate_host
 
-from . import json_input, protocol, sessions, worker_client, worker_watch
-from .audit import Actor, audit
-from .exceptions import AuditUnavailable, InvalidInput, ServiceError, TerminalInactive, TerminalNotFound, WorkerUnavailable
-from .models import ApiKey
-from .runtime.buffer import decode
+from .. import json_input, sessions
+from ..worker import protocol, client as worker_client, watch as worker_watch
+from ..audit import Actor, audit
+from ..exceptions import AuditUnavailable, InvalidInput, ServiceError, TerminalInactive, TerminalNotFound, WorkerUnavailable
+from ..models import ApiKey
+from ..runtime.buffer import decode
 
 logger = logging.getLogger(__name__)
 
@@ -209,7 +210,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
                                                               cols=cols, rows=rows)
 
     async def _signal(self, frame: dict) -> None:
-        from .serializers import SIGNALS
+        from ..api.serializers import SIGNALS
 
         name = str(frame.get("signal", "SIGINT")).upper()
         name = name if name.startswith("SIG") else "SIG" + name

@@ -11,8 +11,9 @@ from channels.exceptions import ChannelFull
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from . import clock, protocol
-from .exceptions import ServiceError, WorkerUnavailable, from_code
+from .. import clock
+from . import protocol
+from ..exceptions import ServiceError, WorkerUnavailable, from_code
 
 logger = logging.getLogger(__name__)
 

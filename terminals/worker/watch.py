@@ -15,7 +15,7 @@ import logging
 from channels.db import DatabaseSyncToAsync
 from django.conf import settings
 
-from . import records
+from .. import records
 
 logger = logging.getLogger(__name__)
 

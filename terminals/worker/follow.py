@@ -9,9 +9,9 @@ import logging
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from . import protocol, worker_client, worker_watch
-from .exceptions import ServiceError
-from .runtime.buffer import decode
+from . import protocol, client as worker_client, watch as worker_watch
+from ..exceptions import ServiceError
+from ..runtime.buffer import decode
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import asyncio
 
 from django.conf import settings
 
-from .worker import TerminalWorker
+from .consumer import TerminalWorker
 
 _worker: TerminalWorker | None = None
 

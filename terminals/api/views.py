@@ -10,14 +10,14 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from . import json_input
+from .. import json_input
 from . import serializers as s
-from . import sessions
-from .audit import Actor
-from .exceptions import InvalidInput, NotFound
-from .models import AuditEvent
-from .redaction import redact
-from .throttling import ApiKeyRateThrottle, CreateRateThrottle
+from .. import sessions
+from ..audit import Actor
+from ..exceptions import InvalidInput, NotFound
+from ..models import AuditEvent
+from ..redaction import redact
+from ..throttling import ApiKeyRateThrottle, CreateRateThrottle
 
 ERRORS = {code: s.ErrorEnvelope for code in (400, 401, 404, 409, 429, 500, 503)}
 

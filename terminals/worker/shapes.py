@@ -6,11 +6,11 @@ import math
 import re
 from datetime import datetime, timezone
 
-from .runtime.ansi import complete_escapes_end, strip_ansi
-from .runtime.buffer import LineRead, OutputBuffer, decode, estimate_tokens, shape_lines
-from .runtime.commands import Command
-from .runtime.pty import ExitStatus, PtySession
-from .runtime.shell import WaitResult
+from ..runtime.ansi import complete_escapes_end, strip_ansi
+from ..runtime.buffer import LineRead, OutputBuffer, decode, estimate_tokens, shape_lines
+from ..runtime.commands import Command
+from ..runtime.pty import ExitStatus, PtySession
+from ..runtime.shell import WaitResult
 
 
 def line_read_data(read: LineRead, session: PtySession, *, strip: bool = False) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
-from . import json_input
+from .. import json_input
 
 
 class KeepableJSONParser(JSONParser):

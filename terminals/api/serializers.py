@@ -8,9 +8,9 @@ from django.conf import settings
 from drf_spectacular.utils import extend_schema_serializer, inline_serializer
 from rest_framework import serializers
 
-from . import json_input
-from .models import LARGEST_OUTPUT_BYTE_LIMIT, AuditEvent, TerminalSession
-from .runtime.buffer import MODES
+from .. import json_input
+from ..models import LARGEST_OUTPUT_BYTE_LIMIT, AuditEvent, TerminalSession
+from ..runtime.buffer import MODES
 
 SIGNALS = ("SIGTERM", "SIGINT", "SIGKILL", "SIGHUP", "SIGQUIT", "SIGTSTP", "SIGCONT", "SIGUSR1", "SIGUSR2")
 STREAMS = ("both", "stdout", "stderr")

@@ -4,8 +4,8 @@ from django.core.exceptions import DisallowedHost
 from django.http import JsonResponse
 from django.urls import Resolver404, resolve
 
-from .exceptions import envelope
-from .log_filters import log_refusal
+from ..exceptions import envelope
+from ..log_filters import log_refusal
 
 
 def _refused(request, status: int, code: str, message: str, details: dict | None = None) -> JsonResponse:

@@ -20,7 +20,7 @@ class ApiKeyScheme(OpenApiAuthenticationExtension):
 
 
 class EnvFieldSchema(OpenApiSerializerFieldExtension):
-    target_class = "terminals.serializers.EnvField"
+    target_class = "terminals.api.serializers.EnvField"
 
     def map_serializer_field(self, auto_schema, direction):
         return {

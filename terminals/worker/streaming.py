@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from channels.exceptions import ChannelFull
 
 from . import protocol
-from .worker_client import TRANSPORT_ERRORS
-from .runtime.buffer import OutputBuffer
-from .runtime.pty import PtySession
+from .client import TRANSPORT_ERRORS
+from ..runtime.buffer import OutputBuffer
+from ..runtime.pty import PtySession
 
 logger = logging.getLogger(__name__)
 

@@ -18,22 +18,23 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import close_old_connections
 
-from . import protocol, records
-from .environment import PER_USER, SERVICE, homes_base, run_as_policy
-from .clock import now as database_now
-from .runtime import confinement as confine
-from .runtime import integrity, sealed
-from .runtime.accounts import provision, unix_name
-from .runtime.ansi import newest_plain_text
-from .runtime.errors import SessionNotFound, TerminalError
-from .runtime.manager import Limits, SessionManager
-from .runtime.processes import marked_processes, signal_number
-from .runtime.signals import kill_marked
-from .runtime.pty import ExitStatus, SpawnSpec
-from .runtime.buffer import OutputBuffer
-from .runtime.commands import Command
-from .runtime.pty import MARKER_VARIABLE, PtySession
-from .runtime.shell import ShellSession, TerminalBusy
+from . import protocol
+from .. import records
+from ..environment import PER_USER, SERVICE, homes_base, run_as_policy
+from ..clock import now as database_now
+from ..runtime import confinement as confine
+from ..runtime import integrity, sealed
+from ..runtime.accounts import provision, unix_name
+from ..runtime.ansi import newest_plain_text
+from ..runtime.errors import SessionNotFound, TerminalError
+from ..runtime.manager import Limits, SessionManager
+from ..runtime.processes import marked_processes, signal_number
+from ..runtime.signals import kill_marked
+from ..runtime.pty import ExitStatus, SpawnSpec
+from ..runtime.buffer import OutputBuffer
+from ..runtime.commands import Command
+from ..runtime.pty import MARKER_VARIABLE, PtySession
+from ..runtime.shell import ShellSession, TerminalBusy
 from .streaming import OutputFanout
 from .shapes import bytes_data, command_data, command_summary, exit_status_data, info_data, line_read_data, stats_data
 
@@ -77,7 +78,7 @@ def session_class_for(message: dict) -> type[PtySession]:
         return ShellSession
     if message.get("pty", True):
         return PtySession
-    from .runtime.pipes import PipeSession
+    from ..runtime.pipes import PipeSession
 
     return PipeSession
 

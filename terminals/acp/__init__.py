@@ -1,0 +1,1 @@
+"""The Agent Client Protocol's terminal methods, as JSON-RPC over HTTP."""

@@ -1,0 +1,1 @@
+"""The REST API: DRF views, serializers, the OpenAPI schema, and Server-Sent Events."""
