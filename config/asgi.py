@@ -16,9 +16,9 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import path  # noqa: E402
 
 from terminals.live.consumer import TerminalConsumer  # noqa: E402
-from terminals.worker.embedded import WithEmbeddedWorker  # noqa: E402
 from terminals.redaction import redact_access_log  # noqa: E402
 from terminals.static_files import with_static_files  # noqa: E402
+from terminals.worker.embedded import WithEmbeddedWorker  # noqa: E402
 
 # daphne's access log writes each request's URL; a key a client put in one is masked there.
 redact_access_log()

@@ -7,7 +7,6 @@ class TerminalsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from .api import schema  # noqa: F401 - registers the OpenAPI extensions
         from .runtime.confinement import make_undumpable
 
         # Every process holding the settings (web, worker, commands): terminals must not read them from /proc.

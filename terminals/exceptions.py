@@ -7,7 +7,8 @@ import logging
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404
-from rest_framework import exceptions, status
+from drf_spectacular.utils import inline_serializer
+from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 
 from .redaction import redact, redact_data
@@ -262,3 +263,16 @@ def exception_handler(exc: Exception, context: dict) -> Response:
         except Exception:  # noqa: BLE001 - the refusal is still answered when the audit cannot be written
             logger.exception("auditing a refused request failed")
     return Response(envelope(error.default_code, error.message, error.details), status=error.status_code, headers=headers)
+
+
+class ErrorSerializer(serializers.Serializer):
+    """The error envelope's error, for the OpenAPI schema of every interface that answers with it."""
+
+    code = serializers.CharField()
+    message = serializers.CharField()
+    details = serializers.DictField()
+
+
+ErrorEnvelope = inline_serializer(
+    name="ErrorEnvelope", fields={"success": serializers.BooleanField(default=False), "error": ErrorSerializer()}
+)

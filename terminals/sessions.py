@@ -12,13 +12,27 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import BooleanField, Count, ExpressionWrapper, Q
 from django.utils import timezone
 
-from .worker import protocol, client as worker_client
 from .audit import Actor, audit
-from .environment import (AccountMissing, build_env, invalid, isolation, resolve_cwd, resolve_program, resolve_shell,
-                          run_as_account, shell_argv, validate_env)
+from .environment import (
+    AccountMissing,
+    build_env,
+    invalid,
+    isolation,
+    resolve_cwd,
+    resolve_program,
+    resolve_shell,
+    run_as_account,
+    shell_argv,
+    validate_env,
+)
 from .exceptions import AuditUnavailable, ServiceError, TerminalInactive, TerminalNotFound, WorkerUnavailable
 from .models import TerminalSession, Worker
 from .records import session_data
+from .worker import client as worker_client
+from .worker import protocol
+
+# The signals a client may send by name (seed 000's list, and the job-control and user signals).
+SIGNALS = ("SIGTERM", "SIGINT", "SIGKILL", "SIGHUP", "SIGQUIT", "SIGTSTP", "SIGCONT", "SIGUSR1", "SIGUSR2")
 
 STARTED = time.monotonic()
 logger = logging.getLogger(__name__)
@@ -293,7 +307,7 @@ def session_newest_output(*, actor: Actor, terminal_id) -> dict:
 
 
 def session_follow(*, actor: Actor, terminal_id, from_byte: int | None):
-    """An async stream of Server-Sent Events with the terminal's output from from_byte, live."""
+    """The terminal's output from from_byte, live: an async stream of worker.follow.Event."""
     from .worker.follow import follow
 
     record = session_get_for(user=actor.user, terminal_id=terminal_id)

@@ -26,7 +26,6 @@ Decisions the protocol leaves open:
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from collections.abc import Callable

@@ -13,11 +13,10 @@ from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from . import methods as acp
-from ..api import serializers as s
 from ..audit import Actor, audit
-from ..exceptions import ServiceError, as_service_error, retry_after
+from ..exceptions import ErrorEnvelope, ServiceError, as_service_error, retry_after
 from ..throttling import ApiKeyRateThrottle, CreateRateThrottle
+from . import methods as acp
 
 DESCRIPTION = """\
 JSON-RPC 2.0: one request object or a batch (an array) of them. Methods: terminal/create,
@@ -70,7 +69,7 @@ class AcpView(APIView):
                 description="A JSON-RPC response, or a batch's array of them",
             ),
             204: OpenApiResponse(description="The batch held only notifications"),
-            401: s.ErrorEnvelope,
+            401: ErrorEnvelope,
         },
     )
     def post(self, request):

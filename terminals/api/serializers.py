@@ -5,14 +5,14 @@ from __future__ import annotations
 import functools
 
 from django.conf import settings
-from drf_spectacular.utils import extend_schema_serializer, inline_serializer
+from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
 from .. import json_input
 from ..models import LARGEST_OUTPUT_BYTE_LIMIT, AuditEvent, TerminalSession
 from ..runtime.buffer import MODES
+from ..sessions import SIGNALS
 
-SIGNALS = ("SIGTERM", "SIGINT", "SIGKILL", "SIGHUP", "SIGQUIT", "SIGTSTP", "SIGCONT", "SIGUSR1", "SIGUSR2")
 STREAMS = ("both", "stdout", "stderr")
 
 
@@ -479,15 +479,6 @@ class ReadinessSerializer(serializers.Serializer):
     workers = WorkerReportSerializer(many=True)
 
 
-class ErrorSerializer(serializers.Serializer):
-    code = serializers.CharField()
-    message = serializers.CharField()
-    details = serializers.DictField()
-
-
-ErrorEnvelope = inline_serializer(
-    name="ErrorEnvelope", fields={"success": serializers.BooleanField(default=False), "error": ErrorSerializer()}
-)
 
 
 @functools.cache

@@ -2,24 +2,24 @@
 
 from __future__ import annotations
 
+from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, PolymorphicProxySerializer, extend_schema
-from django.http import StreamingHttpResponse
 from rest_framework import exceptions, mixins, pagination, permissions, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from .. import json_input
-from . import serializers as s
-from .. import sessions
+from .. import json_input, sessions
 from ..audit import Actor
-from ..exceptions import InvalidInput, NotFound
+from ..exceptions import ErrorEnvelope, InvalidInput, NotFound
 from ..models import AuditEvent
 from ..redaction import redact
 from ..throttling import ApiKeyRateThrottle, CreateRateThrottle
+from . import serializers as s
+from .sse import server_sent_events
 
-ERRORS = {code: s.ErrorEnvelope for code in (400, 401, 404, 409, 429, 500, 503)}
+ERRORS = {code: ErrorEnvelope for code in (400, 401, 404, 409, 429, 500, 503)}
 
 
 def ok(data=None, *, status: int = 200, message: str | None = None) -> Response:
@@ -107,7 +107,7 @@ class TerminalViewSet(viewsets.ViewSet):
             resume = json_input.byte_offset(request.headers.get("Last-Event-ID"))
             from_byte = resume if resume is not None else query.validated_data.get("fromByte")
             stream = sessions.session_follow(actor=actor, terminal_id=pk, from_byte=from_byte)
-            response = StreamingHttpResponse(stream, content_type="text/event-stream")
+            response = StreamingHttpResponse(server_sent_events(stream), content_type="text/event-stream")
             response["Cache-Control"] = "no-cache"
             response["X-Accel-Buffering"] = "no"
             return response

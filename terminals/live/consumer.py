@@ -20,11 +20,20 @@ from django.db import DatabaseError
 from django.http.request import validate_host
 
 from .. import json_input, sessions
-from ..worker import protocol, client as worker_client, watch as worker_watch
 from ..audit import Actor, audit
-from ..exceptions import AuditUnavailable, InvalidInput, ServiceError, TerminalInactive, TerminalNotFound, WorkerUnavailable
+from ..exceptions import (
+    AuditUnavailable,
+    InvalidInput,
+    ServiceError,
+    TerminalInactive,
+    TerminalNotFound,
+    WorkerUnavailable,
+)
 from ..models import ApiKey
 from ..runtime.buffer import decode
+from ..worker import client as worker_client
+from ..worker import protocol
+from ..worker import watch as worker_watch
 
 logger = logging.getLogger(__name__)
 
@@ -210,7 +219,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
                                                               cols=cols, rows=rows)
 
     async def _signal(self, frame: dict) -> None:
-        from ..api.serializers import SIGNALS
+        from ..sessions import SIGNALS
 
         name = str(frame.get("signal", "SIGINT")).upper()
         name = name if name.startswith("SIG") else "SIG" + name
@@ -302,7 +311,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         await self.close(code=CLOSE_UNAVAILABLE)
 
     async def terminal_worker_lost(self, event: dict) -> None:
-        """The terminal's worker is gone (worker_watch.py): it will send nothing more, so close as a refusal would,
+        """The terminal's worker is gone (worker/watch.py): it will send nothing more, so close as a refusal would,
         with 4409 once the terminal is marked lost, else 4503. A client that has its exit frame has nothing to lose."""
         if not self.attached or self.exit_offset is not None:
             return

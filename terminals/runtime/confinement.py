@@ -15,7 +15,6 @@ drops to the terminal's account, so the program cannot undo either.
 
 from __future__ import annotations
 
-import grp
 import logging
 import os
 import pwd

@@ -9,7 +9,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from . import processes
 from .buffer import OutputBuffer
 from .confinement import Account, Confinement
 from .errors import SessionLimitReached, SessionNotFound

@@ -12,7 +12,6 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 
 from .. import clock
-from . import protocol
 from ..exceptions import ServiceError, WorkerUnavailable, from_code
 
 logger = logging.getLogger(__name__)

@@ -18,25 +18,24 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import close_old_connections
 
-from . import protocol
 from .. import records
-from ..environment import PER_USER, SERVICE, homes_base, run_as_policy
 from ..clock import now as database_now
+from ..environment import PER_USER, SERVICE, homes_base, run_as_policy
 from ..runtime import confinement as confine
 from ..runtime import integrity, sealed
 from ..runtime.accounts import provision, unix_name
 from ..runtime.ansi import newest_plain_text
+from ..runtime.buffer import OutputBuffer
+from ..runtime.commands import Command
 from ..runtime.errors import SessionNotFound, TerminalError
 from ..runtime.manager import Limits, SessionManager
 from ..runtime.processes import marked_processes, signal_number
-from ..runtime.signals import kill_marked
-from ..runtime.pty import ExitStatus, SpawnSpec
-from ..runtime.buffer import OutputBuffer
-from ..runtime.commands import Command
-from ..runtime.pty import MARKER_VARIABLE, PtySession
+from ..runtime.pty import MARKER_VARIABLE, ExitStatus, PtySession, SpawnSpec
 from ..runtime.shell import ShellSession, TerminalBusy
-from .streaming import OutputFanout
+from ..runtime.signals import kill_marked
+from . import protocol
 from .shapes import bytes_data, command_data, command_summary, exit_status_data, info_data, line_read_data, stats_data
+from .streaming import OutputFanout
 
 logger = logging.getLogger(__name__)
 

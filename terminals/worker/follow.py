@@ -1,40 +1,51 @@
-"""Following a terminal's output over plain HTTP as Server-Sent Events (curl -N works too)."""
+"""Following a terminal's output live: attach to its worker and yield what it streams, in byte order.
+
+The events are plain data; each interface writes them its own way (the REST API as Server-Sent Events)."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
+from typing import NamedTuple
 
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from . import protocol, client as worker_client, watch as worker_watch
 from ..exceptions import ServiceError
 from ..runtime.buffer import decode
+from . import client as worker_client
+from . import protocol
+from . import watch as worker_watch
 
 logger = logging.getLogger(__name__)
 
 
-def event(name: str, data: dict, event_id: int | None = None) -> str:
-    head = f"id: {event_id}\n" if event_id is not None else ""
-    return f"{head}event: {name}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+class Event(NamedTuple):
+    """attached, output, gap, exit or error; next_byte is where a reconnect resumes (None for error)."""
+
+    name: str
+    data: dict
+    next_byte: int | None = None
+
+
+# Yielded when the terminal was quiet for SSE_KEEPALIVE_MS, so a stream can show it is alive through proxies.
+QUIET = Event("quiet", {})
 
 
 async def follow(terminal_id: str, worker_channel: str, from_byte: int | None):
-    """Yields SSE events: output (id = the next byte, for Last-Event-ID), gap, and a final exit, or a final error
-    when the channel layer fails or the terminal's worker is gone (worker_watch.py)."""
+    """Yields attached, then output and gap events, and a final exit, or a final error when the channel layer fails
+    or the terminal's worker is gone (watch.py); QUIET while nothing happens."""
     layer = get_channel_layer()
     channel = await layer.new_channel()
     try:
         attached = await worker_client.request(worker_channel, protocol.ATTACH, id=terminal_id, subscriber=channel,
                                                from_byte=from_byte)
     except ServiceError as error:
-        yield event("error", {"code": error.default_code, "message": error.message})
+        yield Event("error", {"code": error.default_code, "message": error.message})
         return
     expected = attached["fromByte"]
     keepalive = settings.TERMINALS["SSE_KEEPALIVE_MS"] / 1000
-    yield "retry: 1000\n\n" + event("attached", attached, expected)
+    yield Event("attached", attached, expected)
     watcher = _WorkerWatcher(layer, channel)
     worker_watch.watch(terminal_id, watcher)
     try:
@@ -42,25 +53,25 @@ async def follow(terminal_id: str, worker_channel: str, from_byte: int | None):
             try:
                 message = await asyncio.wait_for(layer.receive(channel), keepalive)
             except TimeoutError:
-                yield ": keepalive\n\n"
+                yield QUIET
                 continue
             except Exception:  # noqa: BLE001 - the channel layer is gone (Redis down): end the stream, do not hang
                 logger.warning("following %s stopped: the channel layer failed", terminal_id, exc_info=True)
-                yield event("error", {"code": "WORKER_UNAVAILABLE",
+                yield Event("error", {"code": "WORKER_UNAVAILABLE",
                                       "message": "The connection to the terminal's worker was lost; reconnect with Last-Event-ID"})
                 return
             kind = message["type"]
             if kind == protocol.STREAM_OUTPUT and message["offset"] == expected:
                 expected += len(message["data"])
-                yield event("output", {"offset": message["offset"], "data": decode(message["data"])}, expected)
+                yield Event("output", {"offset": message["offset"], "data": decode(message["data"])}, expected)
             elif kind == protocol.STREAM_GAP and message["from"] == expected:
                 expected = message["to"]
-                yield event("gap", {"from": message["from"], "to": message["to"]}, expected)
+                yield Event("gap", {"from": message["from"], "to": message["to"]}, expected)
             elif kind == protocol.STREAM_EXIT and message["offset"] == expected:
-                yield event("exit", {"exitCode": message["exitCode"], "signal": message["signal"]}, expected)
+                yield Event("exit", {"exitCode": message["exitCode"], "signal": message["signal"]}, expected)
                 return
             elif kind == worker_watch.WORKER_LOST:
-                yield event("error", _worker_lost_error(message["lost"]))
+                yield Event("error", _worker_lost_error(message["lost"]))
                 return
     finally:
         worker_watch.unwatch(terminal_id, watcher)

@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 
 from channels.exceptions import ChannelFull
 
-from . import protocol
-from .client import TRANSPORT_ERRORS
 from ..runtime.buffer import OutputBuffer
 from ..runtime.pty import PtySession
+from . import protocol
+from .client import TRANSPORT_ERRORS
 
 logger = logging.getLogger(__name__)
 

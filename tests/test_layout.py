@@ -1,0 +1,103 @@
+"""The layout shows the architecture, and the import graph keeps it: one core, the PTY runtime, the worker, and
+one subpackage per interface. Interfaces depend on the core, never the reverse and never on each other; the
+runtime is plain Python that knows nothing of Django or of the rest of the app (docs/architecture.md)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+APP = Path(__file__).resolve().parent.parent / "terminals"
+INTERFACES = ("api", "live", "acp", "mcp", "dashboard")
+FRAMEWORKS = ("django", "rest_framework", "channels", "drf_spectacular", "daphne", "asgiref")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(APP.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(module: str, source: str, *, is_package: bool = False) -> set[str]:
+    """Every module this source imports, at the top or inside a function, as absolute dotted names."""
+    package = module if is_package else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module
+            found.add(target)
+            # "from . import sessions" imports terminals.sessions, not just terminals
+            found.update(f"{target}.{alias.name}" for alias in node.names)
+    return found
+
+
+def layer(module: str) -> str:
+    parts = module.split(".")
+    if parts[0] != "terminals":
+        return "outside"
+    if len(parts) > 1 and parts[1] in INTERFACES:
+        return parts[1]
+    if len(parts) > 1 and parts[1] in ("runtime", "worker"):
+        return parts[1]
+    return "core"
+
+
+def violations(module: str, imported: set[str]) -> list[str]:
+    own = layer(module)
+    found = []
+    for target in sorted(imported):
+        other = layer(target)
+        if own == "runtime":
+            if other not in ("runtime", "outside") or target.split(".")[0] in FRAMEWORKS:
+                found.append(f"{module} (the runtime) imports {target}")
+        elif other in INTERFACES and other != own:
+            found.append(f"{module} ({own}) imports {target}, which belongs to the {other} interface")
+    return found
+
+
+def app_modules():
+    for path in sorted(APP.rglob("*.py")):
+        if "migrations" not in path.parts:
+            yield module_name(path), path
+
+
+def test_every_interface_lives_in_its_own_folder():
+    for interface in ("api", "live", "acp"):
+        assert (APP / interface / "__init__.py").is_file(), f"terminals/{interface}/ is missing"
+    top = {path.stem for path in APP.glob("*.py")}
+    strays = top & {"views", "serializers", "consumers", "acp", "views_acp", "worker", "worker_client", "follow"}
+    assert not strays, f"interface or worker modules at the top of terminals/: {strays}"
+
+
+@pytest.mark.parametrize("module,path", list(app_modules()), ids=lambda value: str(value))
+def test_imports_point_inward(module, path):
+    imported = imports_of(module, path.read_text(), is_package=path.name == "__init__.py")
+    assert violations(module, imported) == []
+
+
+@pytest.mark.parametrize("module,source,expected", [
+    ("terminals.sessions", "from .api import views", "belongs to the api interface"),
+    ("terminals.live.consumer", "from ..acp import methods", "belongs to the acp interface"),
+    ("terminals.worker.consumer", "def f():\n    from ..api.serializers import X", "belongs to the api interface"),
+    ("terminals.runtime.pty", "from django.conf import settings", "the runtime"),
+    ("terminals.runtime.pty", "from ..models import TerminalSession", "the runtime"),
+    ("terminals.admin", "from terminals.dashboard import views", "belongs to the dashboard interface"),
+])
+def test_the_check_catches_an_edge_pointing_the_wrong_way(module, source, expected):
+    found = violations(module, imports_of(module, source))
+    assert found and expected in found[0]
+
+
+def test_allowed_edges_pass_the_check():
+    assert violations("terminals.api.views", imports_of("terminals.api.views", "from .. import sessions\n"
+                                                                                  "from . import serializers")) == []
+    assert violations("terminals.runtime.shell", imports_of("terminals.runtime.shell", "from .pty import PtySession\n"
+                                                                                        "import os")) == []
