@@ -176,3 +176,32 @@ def test_a_worker_runs_terminals_only_as_the_account_it_is_configured_for(orm, s
     assert [refusal.code for refusal in refusals] == ["FORBIDDEN"] * 3, refusals
     assert all("set TERMINALS_RUN_AS the same in every process" in refusal.message for refusal in refusals), refusals
     assert not TerminalSession.objects.filter(owner=owner).exists()
+
+
+def _queued(layer, channel: str) -> int:
+    queue = layer.channels.get(channel)
+    return queue.qsize() if queue is not None else 0
+
+
+@pytest.mark.parametrize("cwd", ["/tmp", "/nonexistent-directory"])
+def test_a_creation_delivered_twice_runs_once_and_answers_once(orm, cwd):
+    """The Redis channel layer can hand a message of the shared creation queue to two workers (its "$inflight"
+    queue is put back by the next receive). The second delivery starts nothing and answers nothing: one terminal,
+    or for a creation that failed one refusal, never a second terminal the caller does not know of."""
+    owner, _ = make_key()
+    message = {**create_message(owner, cwd=cwd), "type": protocol.CREATE, "deadline": time.time() + 30}
+
+    async def body(worker):
+        message["reply_to"] = await worker.layer.new_channel("test.")
+        await worker.dispatch(dict(message))
+        await worker.dispatch(dict(message))
+        reply = await asyncio.wait_for(worker.layer.receive(message["reply_to"]), 5)
+        return reply, _queued(worker.layer, message["reply_to"]), len(worker.manager)
+
+    reply, left, hosted = run(with_worker(body))
+    assert left == 0  # one answer only
+    rows = TerminalSession.objects.filter(pk=message["id"]).count()
+    if cwd == "/tmp":
+        assert reply["ok"] is True and (rows, hosted) == (1, 1)
+    else:
+        assert reply["ok"] is False and (rows, hosted) == (0, 0)

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
+from django.core.cache import cache
 from django.db import close_old_connections
 
 from .. import records
@@ -248,6 +249,10 @@ class DatabaseQueue:
             self._runner.cancel()
 
 
+# Longer than any creation's deadline, so a second delivery always finds the first one's claim.
+CREATION_CLAIM_SECONDS = 3600
+
+
 class TerminalWorker:
     """Hosts terminals for the web processes that talk to it over the channel layer."""
 
@@ -367,6 +372,8 @@ class TerminalWorker:
         if message.get("type") == protocol.CREATE:
             if self._full() and await self._pass_creation_on(message):
                 return
+            if not await self._claim_creation(message):
+                return
             self._creating += 1  # counted before the first await, so two creations never take the last place
         handler = self._handlers.get(message.get("type", ""))
         try:
@@ -378,10 +385,31 @@ class TerminalWorker:
             if message.get("type") == protocol.CREATE:
                 self._creating -= 1
         if message.get("reply_to"):
-            try:
-                await self.layer.send(message["reply_to"], reply)
-            except Exception:  # noqa: BLE001 - the caller times out and reports the worker unavailable
-                logger.exception("replying to %s failed", message.get("type"))
+            await self._reply(message, reply)
+
+    async def _reply(self, message: dict, reply: dict) -> None:
+        try:
+            await self.layer.send(message["reply_to"], reply)
+        except Exception:  # noqa: BLE001 - the caller times out and reports the worker unavailable
+            logger.exception("replying to %s failed", message.get("type"))
+
+    async def _claim_creation(self, message: dict) -> bool:
+        """Whether this worker is the one to run this creation. The Redis channel layer can deliver a message of the
+        shared queue twice: a worker that receives puts back the messages another one took but has not yet
+        cleared ("$inflight"). Run twice, a creation would start a second terminal, or answer the caller with
+        the refusal of the second run while the first one's terminal lives. So each creation is claimed once,
+        by its id, with an atomic add to the shared cache, and a second delivery is dropped unanswered."""
+        try:
+            claimed = await cache.aadd(f"terminals:creation:{message.get('id')}", self.id, CREATION_CLAIM_SECONDS)
+        except Exception as error:  # noqa: BLE001 - no claim, no creation: the caller is told, nothing starts
+            logger.warning("claiming a creation failed: %s: %s", type(error).__name__, error)
+            if message.get("reply_to"):
+                await self._reply(message, protocol.reply_error(
+                    "WORKER_UNAVAILABLE", "The terminal workers cannot be reached (the shared cache failed); try again"))
+            return False
+        if not claimed:
+            logger.warning("dropped a second delivery of creation %s", message.get("id"))
+        return claimed
 
     def _full(self) -> bool:
         return self.manager.active_count + self._creating >= self.manager.limits.max_sessions
