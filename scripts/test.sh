@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up and runs the whole test suite with coverage of terminals/ (at least 85%).
 # Installs what the tests run for real: redis-server (split mode), PostgreSQL, the shells bash, dash
-# and zsh, tmux, less and git, which some tests drive, and faketime (a worker whose clock is skewed).
+# and zsh, tmux, less and git, which some tests drive, faketime (a worker whose clock is skewed), and
+# systemd, whose systemd-analyze checks the units in scripts/systemd/
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +16,7 @@ command -v zsh >/dev/null || missing+=(zsh)
 command -v dash >/dev/null || missing+=(dash)
 command -v setsid >/dev/null || missing+=(util-linux)
 command -v faketime >/dev/null || missing+=(faketime)
+command -v systemd-analyze >/dev/null || missing+=(systemd)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"

@@ -12,6 +12,7 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import BooleanField, Count, ExpressionWrapper, Q
 from django.utils import timezone
 
+from . import lifecycle
 from .audit import Actor, audit
 from .environment import (
     AccountMissing,
@@ -421,7 +422,8 @@ def liveness() -> dict:
 def readiness() -> dict:
     """Whether this process can serve requests now: its database answers, the channel layer carries a ping to a
     worker and back, and at least one worker beats. Each check is reported, with what failed."""
-    checks = {"database": _database_answers()}
+    # A server that is stopping reports not ready, so a load balancer sends nothing new its way.
+    checks = {"accepting": not lifecycle.stopping(), "database": _database_answers()}
     try:
         worker_client.request_sync(protocol.CREATE_CHANNEL, protocol.PING, reply_within=2.0)
         checks["channelLayer"] = True

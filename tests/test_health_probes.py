@@ -23,7 +23,7 @@ def test_liveness_and_readiness_answer_without_a_key(server):
     assert ready.status_code == 200, ready.text
     data = ready.json()["data"]
     assert data["status"] == "ready"
-    assert data["checks"] == {"database": True, "channelLayer": True, "liveWorker": True}
+    assert data["checks"] == {"accepting": True, "database": True, "channelLayer": True, "liveWorker": True}
     assert any(worker["alive"] for worker in data["workers"])
 
 

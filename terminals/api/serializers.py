@@ -475,7 +475,8 @@ class LivenessSerializer(serializers.Serializer):
 class ReadinessSerializer(serializers.Serializer):
     status = serializers.ChoiceField(choices=["ready", "not_ready"])
     checks = serializers.DictField(child=serializers.BooleanField(),
-                                   help_text="database, channelLayer, liveWorker: each true when it holds")
+                                   help_text="accepting (false once the server is stopping), database, channelLayer, "
+                                             "liveWorker: each true when it holds")
     workers = WorkerReportSerializer(many=True)
 
 

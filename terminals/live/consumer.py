@@ -4,6 +4,7 @@ Close codes, sent before any terminal byte when a connection is refused:
 4401 no valid credentials (or the key was revoked while connected), 4403 a
 foreign Origin with cookie authentication, 4404 no such terminal (another
 user's too), 4409 the terminal no longer holds output, 4503 no worker answered.
+4012 this server is stopping (1012, Service Restart, in the application's range); reconnect with ?fromByte.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from django.conf import settings
 from django.db import DatabaseError
 from django.http.request import validate_host
 
-from .. import json_input, sessions
+from .. import json_input, lifecycle, sessions
 from ..audit import Actor, audit
 from ..exceptions import (
     AuditUnavailable,
@@ -50,6 +51,25 @@ WINDOW_BYTES = 4 << 20  # output sent but not acknowledged before the server pau
 CLOSE_AFTER_EXIT_SECONDS = 60.0  # how long a client may take to acknowledge the end before the server closes
 KEY_CHECK_SECONDS = 2.0  # how soon a revoked key's connections close
 LAYER_FAILED = "terminal.layer_failed"  # a receive from the channel layer failed
+# RFC 6455's registry has 1012 "Service Restart", but a server may send only 1000 and 3000-4999 (autobahn, under
+# daphne, refuses the rest): 4012 says the same in the application's range.
+CLOSE_SERVER_STOPPING = 4012
+STOP_WAIT_SECONDS = 5.0  # how long a stopping server waits for its clients to take their close
+
+_open: set[TerminalConsumer] = set()  # this process's attached connections, which a stop closes
+
+
+async def close_every_connection() -> None:
+    """The server is stopping: tell each attached client the byte to resume from, close with 4012, and wait (a
+    little) for the close frames to go out, so clients see a clean close and reconnect elsewhere instead of a 1006."""
+    for consumer in list(_open):
+        await consumer.server_stopping()
+    deadline = asyncio.get_running_loop().time() + STOP_WAIT_SECONDS
+    while _open and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.05)
+
+
+lifecycle.on_shutdown(lifecycle.CONNECTIONS, "closing live connections", close_every_connection)
 
 
 class TerminalConsumer(AsyncWebsocketConsumer):
@@ -66,12 +86,16 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         self.closing = False  # once a close is sent, nothing the client sends is handled
         # Accept first: a refusal then carries a close code, and still no terminal byte is sent.
         await self.accept()
+        if lifecycle.stopping():  # a client reconnecting to a server on its way out: try another one
+            await self.close(code=CLOSE_SERVER_STOPPING)
+            return
         refusal = await self._admit(query)
         if refusal is not None:
             await self.close(code=refusal)
             return
         self.key_watch = asyncio.ensure_future(self._watch_credentials())
         worker_watch.watch(self.terminal_id, self)
+        _open.add(self)
 
     async def _admit(self, query: dict) -> int | None:
         """Checks credentials, origin and the terminal; attaches. Returns a close code on refusal."""
@@ -139,6 +163,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
                 return
 
     async def disconnect(self, code: int) -> None:
+        _open.discard(self)
         worker_watch.unwatch(self.terminal_id, self)
         closer = getattr(self, "exit_close", None)
         if closer is not None:
@@ -309,6 +334,17 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         await self._error("WORKER_UNAVAILABLE", f"The connection to the terminal's worker was lost; reconnect with "
                                                 f"?fromByte={self.sent_until} to continue where this stopped.")
         await self.close(code=CLOSE_UNAVAILABLE)
+
+    async def server_stopping(self) -> None:
+        if self.closing:
+            return
+        if self.exit_offset is not None:  # the client has everything, the exit included
+            await self.close(code=1000)
+            return
+        await self._send({"type": "error", "code": "SERVER_STOPPING", "fromByte": self.sent_until,
+                          "message": f"This server is stopping; reconnect, to it or another one, with "
+                                     f"?fromByte={self.sent_until} to continue where this stopped."})
+        await self.close(code=CLOSE_SERVER_STOPPING)
 
     async def terminal_worker_lost(self, event: dict) -> None:
         """The terminal's worker is gone (worker/watch.py): it will send nothing more, so close as a refusal would,

@@ -6,6 +6,7 @@ import asyncio
 
 from django.conf import settings
 
+from .. import lifecycle
 from .consumer import TerminalWorker
 
 _worker: TerminalWorker | None = None
@@ -20,6 +21,9 @@ def ensure_worker(loop: asyncio.AbstractEventLoop | None = None) -> TerminalWork
         loop = loop or asyncio.get_running_loop()
         _worker = TerminalWorker()
         loop.create_task(_worker.start())
+        # Stopping the server ends the terminals first, so their live clients get the exit before they close.
+        lifecycle.on_shutdown(lifecycle.WORKER, "ending the embedded worker's terminals", _worker.shutdown,
+                              timeout=120.0)
     return _worker
 
 

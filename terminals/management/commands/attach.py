@@ -125,7 +125,7 @@ class AttachSession:
         resume = f" with --from-byte {self.next_byte}" if self.next_byte is not None else ""
         if code is None:
             what = f"the connection to {self.url} was lost"
-        elif code == 1001:
+        elif code in (1001, 4012):
             what = "the server is going away (shutting down or restarting)"
         else:
             what = f"the server closed the connection (code {code})"

@@ -65,7 +65,7 @@ class Command(BaseCommand):
         from daphne.server import Server  # installs Twisted's asyncio reactor: import it first
 
         from daphne.access import AccessLogGenerator
-        from twisted.internet import defer, reactor
+        from twisted.internet import reactor
 
         from config.asgi import application
         from terminals.worker.embedded import ensure_worker
@@ -97,12 +97,6 @@ class Command(BaseCommand):
         def start_worker():
             ensure_worker(asyncio.get_event_loop())
 
-        def stop_worker():
-            worker = ensure_worker(asyncio.get_event_loop())
-            if worker is not None:
-                return defer.Deferred.fromFuture(asyncio.ensure_future(worker.shutdown()))
-            return None
-
         interface = host.replace(":", r"\:").strip("[]")
         server = AnnouncingServer(
             application=application,
@@ -112,7 +106,6 @@ class Command(BaseCommand):
             application_close_timeout=5,
             action_logger=AccessLogGenerator(sys.stdout) if settings.ACCESS_LOG else None,
         )
-        reactor.addSystemEventTrigger("before", "shutdown", stop_worker)
         server.run()
         sys.stdout.flush()
         if AnnouncingServer.failed:
