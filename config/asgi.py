@@ -15,6 +15,7 @@ django_application = ReusedThreadsASGIHandler()
 from channels.auth import AuthMiddlewareStack  # noqa: E402 - Django must be set up first
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from terminals import metrics  # noqa: E402
 from terminals.lifecycle import WithShutdownHooks  # noqa: E402
 from terminals.live.routing import websocket_urlpatterns  # noqa: E402
 from terminals.redaction import redact_access_log  # noqa: E402
@@ -23,6 +24,7 @@ from terminals.worker.embedded import WithEmbeddedWorker  # noqa: E402
 
 # daphne's access log writes each request's URL; a key a client put in one is masked there.
 redact_access_log()
+metrics.serve_on_separate_bind()
 
 application = WithShutdownHooks(WithEmbeddedWorker(
     ProtocolTypeRouter({"http": with_static_files(django_application),

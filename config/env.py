@@ -22,6 +22,13 @@ def env_bool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name} must be true or false, not {value!r}")
 
 
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    value = os.getenv(name, default).strip().lower() or default
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}, not {value!r}")
+    return value
+
+
 def _named(name: str, aliases: tuple[str, ...]) -> tuple[str, str | None]:
     """The variable that sets a setting, and its value: name first, then the older names it replaced, which
     keep working. When both are set, name wins and the start says so."""

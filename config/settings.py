@@ -7,7 +7,7 @@ from pathlib import Path
 
 import dj_database_url
 
-from .env import env_bool, env_int, env_list, env_secret
+from .env import env_bool, env_choice, env_int, env_list, env_secret
 
 # Django sets TZ for its own process; terminals get the zone the service was started with.
 ORIGINAL_TZ = os.environ.get("TZ")
@@ -54,6 +54,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "terminals.metrics.RequestMetrics",  # first: it times everything after it
     "corsheaders.middleware.CorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -189,14 +190,20 @@ CORS_URLS_REGEX = r"^/api/.*$"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        # TERMINALS_LOG_FORMAT=json: one JSON object per line (time, level, logger, message, and exc_info).
+        "json": {"()": "pythonjsonlogger.json.JsonFormatter", "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s",
+                 "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"}},
+    },
     # An API key sent in the wrong place (a URL, say) is masked in every log line.
     "filters": {
         "secrets": {"()": "terminals.redaction.RedactSecrets"},
         # Each refused request is logged once, by the service, on terminals.refusals (INFO): see log_filters.py.
         "server_errors_only": {"()": "terminals.log_filters.ServerErrorsOnly"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["secrets"]}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["secrets"],
+                             "formatter": env_choice("TERMINALS_LOG_FORMAT", "plain", ("plain", "json"))}},
     "root": {"handlers": ["console"], "level": os.getenv("LOG_LEVEL", "INFO").upper()},
     "loggers": {
         "daphne": {"level": "WARNING"},
@@ -239,6 +246,8 @@ TERMINALS = {
     "HEARTBEAT_INTERVAL_MS": env_int("TERMINALS_HEARTBEAT_INTERVAL_MS", 5000, minimum=100),
     # How long a follow stream (SSE) stays silent before a keepalive comment, so proxies keep it open.
     "SSE_KEEPALIVE_MS": env_int("TERMINALS_SSE_KEEPALIVE_MS", 15000, minimum=100),
+    # host:port where this process also serves /metrics without authentication; empty: only GET /api/metrics.
+    "METRICS_BIND": os.getenv("TERMINALS_METRICS_BIND", ""),
     # Who terminals run as (terminals/environment.py, run_as_policy): unset = "per-user" when the service runs
     # as root, else "service"; "per-user" = an account per Django user, made on first use; "service" (or
     # empty, the old spelling) = the service's own account, users not separated; any other name = that account.

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from django.db import DatabaseError
 
+from . import metrics
 from .exceptions import AuditUnavailable
 from .models import AuditEvent, key_prefix
 from .redaction import redact
@@ -77,6 +78,7 @@ def audit(actor: Actor, action: str, *, outcome: str = "ok", terminal_id=None, *
         )
     except DatabaseError as error:
         logger.error("audit event %s for terminal %s could not be written: %s", action, terminal_id or "-", error)
+        metrics.AUDIT_FAILURES.inc()
         raise AuditUnavailable(details={"action": action}) from error
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 
+from . import metrics
 from .redaction import redact
 
 refusals = logging.getLogger("terminals.refusals")
@@ -27,3 +28,4 @@ def log_refusal(request, status: int, code: str) -> None:
     user = getattr(request, "user", None)
     who = user.get_username() if user is not None and user.is_authenticated else "-"
     refusals.info("%s %s %s %s %s", status, code, who, request.method, redact(request.get_full_path()))
+    metrics.REFUSED.labels(code).inc()

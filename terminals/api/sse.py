@@ -8,7 +8,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 
-from .. import lifecycle
+from .. import lifecycle, metrics
 from ..worker.follow import QUIET, Event
 
 STOPPED = Event("error", {"code": "SERVER_STOPPING",
@@ -27,6 +27,7 @@ def event_text(event: Event) -> str:
 async def server_sent_events(events: AsyncIterator[Event]) -> AsyncIterator[str]:
     stop = asyncio.get_running_loop().create_future()
     _streams.add(stop)
+    metrics.LIVE_CLIENTS.labels("sse").inc()
     try:
         while True:
             step = asyncio.ensure_future(anext(events))
@@ -48,6 +49,7 @@ async def server_sent_events(events: AsyncIterator[Event]) -> AsyncIterator[str]
                 yield event_text(event)
     finally:
         _streams.discard(stop)
+        metrics.LIVE_CLIENTS.labels("sse").dec()
         await events.aclose()
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from django.http import StreamingHttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, PolymorphicProxySerializer, extend_schema
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from rest_framework import exceptions, mixins, pagination, permissions, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
@@ -241,6 +242,24 @@ class ReadinessView(HealthView):
     def get(self, request):
         report = sessions.readiness()
         return ok(report, status=200 if report["status"] == "ready" else 503)
+
+
+class MetricsView(APIView):
+    """Prometheus metrics of this process and of the deployment (docs/operations.md); staff only."""
+
+    permission_classes = [permissions.IsAdminUser]
+    audit_action = "metrics"
+
+    @extend_schema(tags=["health"], summary="Metrics in the Prometheus text format (staff)",
+                   description="Requests and latencies by endpoint, refusals by code, audit write failures and live "
+                               "clients of the process that answers; terminals by status and worker, and workers' "
+                               "liveness, from the database. TERMINALS_METRICS_BIND serves the same on a separate "
+                               "address without authentication.",
+                   responses={(200, "text/plain"): OpenApiResponse(OpenApiTypes.STR, description="Prometheus text "
+                                                                                                 "format 0.0.4"),
+                              **ERRORS})
+    def get(self, request):
+        return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)
 
 
 # What GET /api/audit takes; anything else is refused, so a misspelt filter cannot look like an empty result.

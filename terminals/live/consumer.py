@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db import DatabaseError
 from django.http.request import validate_host
 
-from .. import json_input, lifecycle, sessions
+from .. import json_input, lifecycle, metrics, sessions
 from ..audit import Actor, audit
 from ..exceptions import (
     AuditUnavailable,
@@ -96,6 +96,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         self.key_watch = asyncio.ensure_future(self._watch_credentials())
         worker_watch.watch(self.terminal_id, self)
         _open.add(self)
+        metrics.LIVE_CLIENTS.labels("websocket").inc()
 
     async def _admit(self, query: dict) -> int | None:
         """Checks credentials, origin and the terminal; attaches. Returns a close code on refusal."""
@@ -163,7 +164,9 @@ class TerminalConsumer(AsyncWebsocketConsumer):
                 return
 
     async def disconnect(self, code: int) -> None:
-        _open.discard(self)
+        if self in _open:
+            _open.discard(self)
+            metrics.LIVE_CLIENTS.labels("websocket").dec()
         worker_watch.unwatch(self.terminal_id, self)
         closer = getattr(self, "exit_close", None)
         if closer is not None:

@@ -45,6 +45,7 @@ class SessionManager:
         self.clock = clock
         self._on_exit = on_exit
         self._sessions: dict[str, PtySession] = {}
+        self._released_output_bytes = 0  # what released terminals wrote, for output_bytes()
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -126,6 +127,7 @@ class SessionManager:
         """Frees an ended terminal's PTY and buffer."""
         session = self._sessions.pop(session_id, None)
         if session is not None:
+            self._released_output_bytes += session.buffer.end
             session.close()
             self._release_confinement(session_id)
 
@@ -150,6 +152,10 @@ class SessionManager:
             for session_id, session in self._sessions.items()
             if session.is_alive != ended and session.last_activity < cutoff
         ]
+
+    def output_bytes(self) -> int:
+        """Every byte of output the terminals of this manager wrote, released ones included."""
+        return self._released_output_bytes + sum(session.buffer.end for session in list(self._sessions.values()))
 
     def items(self) -> list[tuple[str, PtySession]]:
         return list(self._sessions.items())

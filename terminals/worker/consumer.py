@@ -11,6 +11,7 @@ import socket
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Awaitable, Callable
 
 from channels.db import database_sync_to_async
@@ -18,6 +19,8 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.core.cache import cache
 from django.db import close_old_connections
+from prometheus_client import REGISTRY
+from prometheus_client.core import CounterMetricFamily
 
 from .. import records
 from ..clock import now as database_now
@@ -253,6 +256,24 @@ class DatabaseQueue:
 CREATION_CLAIM_SECONDS = 3600
 
 
+class _OutputBytes:
+    """terminals_output_bytes_total: what the terminals of this process's workers wrote, read when scraped."""
+
+    def describe(self):
+        return [CounterMetricFamily("terminals_output_bytes", "", labels=["worker"])]
+
+    def collect(self):
+        family = CounterMetricFamily("terminals_output_bytes", "Bytes of output the terminals of this process wrote",
+                                     labels=["worker"])
+        for worker in list(_RUNNING):
+            family.add_metric([worker.id], worker.manager.output_bytes())
+        yield family
+
+
+_RUNNING: weakref.WeakSet[TerminalWorker] = weakref.WeakSet()
+REGISTRY.register(_OutputBytes())
+
+
 class TerminalWorker:
     """Hosts terminals for the web processes that talk to it over the channel layer."""
 
@@ -316,6 +337,7 @@ class TerminalWorker:
         self._spawn(self._listen(protocol.CREATE_CHANNEL))
         self._spawn(self._every(settings.TERMINALS["HEARTBEAT_INTERVAL_MS"] / 1000, self.beat))
         self._spawn(self._every(settings.TERMINALS["SWEEP_INTERVAL_MS"] / 1000, self.sweep_idle))
+        _RUNNING.add(self)
         self.ready.set()
         logger.info("terminal worker %s listening on %s", self.id, self.channel)
 

@@ -6,6 +6,7 @@ import signal
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from terminals import metrics
 from terminals.environment import separation_warning
 from terminals.worker.consumer import TerminalWorker
 
@@ -24,6 +25,7 @@ class Command(BaseCommand):
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, lambda: loop.create_task(worker.shutdown()))
         await worker.start()
+        metrics.serve_on_separate_bind()
         self.stdout.write(f"terminal worker {worker.id} ready on {worker.channel}", ending="\n")
         warning = separation_warning()
         if warning:
