@@ -39,6 +39,8 @@ REDIS_MAX_CONNECTIONS = env_int("TERMINALS_REDIS_MAX_CONNECTIONS", 1000, minimum
 
 INSTALLED_APPS = [
     "daphne",
+    # Before django.contrib.auth, so that its changepassword command (which audits the change) is the one run.
+    "terminals",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -50,7 +52,6 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",  # Swagger UI's files, served by the service: /api/docs/ works offline
     "channels",
-    "terminals",
 ]
 
 MIDDLEWARE = [

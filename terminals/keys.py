@@ -58,6 +58,11 @@ def set_user(actor: Actor, username: str, *, active: bool | None = None, staff: 
     return user, changes
 
 
+def password_changed(actor: Actor, username: str) -> None:
+    """Records that a user's password was changed outside the admin (the admin's own changes are logged there)."""
+    audit(actor, "user_change", subject=username, password=True)
+
+
 def find_user(username: str):
     try:
         return get_user_model().objects.get(username=username)

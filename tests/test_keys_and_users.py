@@ -130,3 +130,26 @@ def test_admin_revokes_keys_and_logs_each_deletion_on_the_audit_trail(orm, serve
 
     verified = manage("verify_audit")
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_changepassword_is_audited_without_the_password(orm):
+    """Django's changepassword, as the banner of the first start suggests it, writes a user_change row saying the
+    password changed, by whom (the command and the account that ran it), and never the password."""
+    import subprocess
+    import sys
+
+    from .servers import ROOT, service_env
+
+    username = new_name()
+    manage("create_user", username)
+    secret = f"pw-{uuid.uuid4().hex}"
+    # No controlling terminal: getpass reads the two entries from standard input.
+    changed = subprocess.run([sys.executable, "manage.py", "changepassword", username], cwd=ROOT, env=service_env(),
+                             input=f"{secret}\n{secret}\n", capture_output=True, text=True, timeout=60,
+                             start_new_session=True)
+    assert changed.returncode == 0, changed.stderr
+    assert get_user_model().objects.get(username=username).check_password(secret)
+    row = rows_about(username)[-1]
+    assert (row.action, row.details.get("password"), row.source.startswith("manage.py changepassword")) == (
+        "user_change", True, True)
+    assert secret not in json.dumps([event.details for event in rows_about(username)])
