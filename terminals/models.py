@@ -117,6 +117,9 @@ class Worker(models.Model):
     id = models.CharField(max_length=32, primary_key=True)
     channel = models.CharField(max_length=200)
     hostname = models.CharField(max_length=255)
+    # Where its pid means something (runtime.processes.process_space): a worker judges another one by its pid only
+    # when they share this, whatever their hostnames; otherwise by its heartbeat. Empty: unknown.
+    process_space = models.CharField(max_length=200, blank=True, default="")
     pid = models.IntegerField()
     started = models.DateTimeField()
     last_seen = models.DateTimeField()

@@ -27,11 +27,11 @@ Status = TerminalSession.Status
 EXITED, KILLED, TIMED_OUT, LOST = Status.EXITED, Status.KILLED, Status.TIMED_OUT, Status.LOST
 
 
-def worker_register(worker_id: str, channel: str, hostname: str, pid: int) -> Worker:
+def worker_register(worker_id: str, channel: str, hostname: str, pid: int, space: str = "") -> Worker:
     # Heartbeats carry the database's time, never this host's: liveness is judged by that one clock.
     clock.measure()
-    return Worker.objects.create(id=worker_id, channel=channel, hostname=hostname, pid=pid, started=Now(),
-                                 last_seen=Now())
+    return Worker.objects.create(id=worker_id, channel=channel, hostname=hostname, pid=pid, process_space=space,
+                                 started=Now(), last_seen=Now())
 
 
 def worker_alive(worker_id: str) -> None:
@@ -83,10 +83,10 @@ def vanished_end(terminal_id: str, status: ExitStatus | None) -> None:
           "were ended", exitCode=status.exit_code, signal=status.signal)
 
 
-def worker_channels_except(worker_ids: list[str], hostname: str) -> list[str]:
+def worker_channels_except(worker_ids: list[str], space: str) -> list[str]:
     """The channels of the live workers other than these, leaving out those of this host whose process is gone."""
     return [worker.channel for worker in Worker.objects.live().exclude(pk__in=worker_ids)
-            if not _process_gone(worker, hostname)]
+            if not _process_gone(worker, space)]
 
 
 def worker_stop(worker_id: str, statuses: dict[str, ExitStatus | None]) -> None:
@@ -96,7 +96,7 @@ def worker_stop(worker_id: str, statuses: dict[str, ExitStatus | None]) -> None:
     Worker.objects.filter(pk=worker_id).update(stopped=timezone.now())
 
 
-def sessions_mark_lost(hostname: str, own_worker_id: str = "") -> dict[str, str]:
+def sessions_mark_lost(space: str, own_worker_id: str = "") -> dict[str, str]:
     """Gives a final state to every terminal whose worker is gone; returns the host of each one's worker, by id.
 
     A worker is gone when it stopped, when its heartbeat is stale by the database's clock, or at once when it
@@ -105,16 +105,16 @@ def sessions_mark_lost(hostname: str, own_worker_id: str = "") -> dict[str, str]
     released) are released and keep their status and exit code: that output was in the dead worker's memory.
     Either way every request for them then answers like any ended terminal (409 TERMINAL_INACTIVE), instead of
     waiting forever for a worker that will not come back.
-    The hosts tell the caller which terminals may have left processes on its own host.
+    The process spaces tell the caller which terminals may have left processes it can see (and end).
     A worker never marks its own terminals lost, however late its own heartbeat
     (its database writes queue behind each other under load).
     """
-    live = [worker.id for worker in Worker.objects.live() if not _process_gone(worker, hostname)]
+    live = [worker.id for worker in Worker.objects.live() if not _process_gone(worker, space)]
     if own_worker_id:
         live.append(own_worker_id)
     orphans = list(
         TerminalSession.objects.filter(released__isnull=True).exclude(worker_id__in=live)
-        .values_list("id", "status", "worker__hostname")
+        .values_list("id", "status", "worker__process_space")
     )
     for session_id, status, _ in orphans:
         _end_orphan(session_id, status)
@@ -167,8 +167,10 @@ def terminals_cut_off(terminal_ids) -> dict[str, bool]:
     return cut_off
 
 
-def _process_gone(worker: Worker, hostname: str) -> bool:
-    if worker.hostname != hostname or worker.pid == os.getpid():
+def _process_gone(worker: Worker, space: str) -> bool:
+    """Whether the worker's process is known to be gone: only when its pid belongs to the processes this one sees.
+    Hostnames do not say that (two hosts may share one; containers share a kernel but not their pids)."""
+    if not space or worker.process_space != space or worker.pid == os.getpid():
         return False
     return not process_alive(worker.pid)
 

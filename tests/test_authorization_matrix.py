@@ -28,6 +28,8 @@ from .test_live import Live, refusal
 PUBLIC = {"", "api/health", "api/health/live", "api/health/ready", "api/schema/", "api/docs/"}
 # Routes of the whole collection: a key is needed, and each caller sees only their own.
 COLLECTIONS = {("api/terminals", "GET"), ("api/terminals", "POST"), ("api/audit", "GET"), ("api/acp", "POST")}
+# Routes for staff only: a valid key of anyone else gets 403.
+STAFF_ONLY = {("api/metrics", "GET")}
 # Django's admin has its own login (a staff session); tests/test_admin*.py cover it.
 OTHER_INTERFACES = ("admin/",)
 
@@ -96,7 +98,8 @@ def terminal_routes() -> list[tuple[str, str]]:
 def test_every_route_is_in_the_matrix():
     """A route nobody classified fails here: say who may use it in PUBLIC, COLLECTIONS or REQUESTS."""
     for path, method in api_routes():
-        known = path in PUBLIC or (path, method) in COLLECTIONS or (path, method) in REQUESTS
+        known = (path in PUBLIC or (path, method) in COLLECTIONS or (path, method) in REQUESTS
+                 or (path, method) in STAFF_ONLY)
         assert known, f"{method} /{path} is not in the authorization matrix; add it to tests/{__name__.split('.')[-1]}.py"
     assert set(REQUESTS) == set(terminal_routes()), "REQUESTS names a route the URL configuration no longer has"
 
@@ -133,6 +136,15 @@ def shape(response: requests.Response, terminal: str, command: str) -> tuple:
     """What a caller can tell from an answer, with the ids it named taken out."""
     body = response.text.replace(terminal, "<id>").replace(command, "<command>")
     return response.status_code, response.headers.get("Content-Type"), body
+
+
+# Staff only
+
+
+@pytest.mark.parametrize("path,method", sorted(STAFF_ONLY))
+def test_staff_routes_answer_staff_alone(callers, path, method):
+    answers = {name: callers[name].request(method, f"/{path}").status_code for name in callers}
+    assert answers == {"alice": 403, "bob": 403, "staff": 200, "revoked": 401, "nobody": 401}
 
 
 # REST

@@ -63,7 +63,7 @@ def test_a_terminal_runs_in_its_own_control_group_with_its_limits(alice):
     lines = result["output"].split()
     assert lines[0] == "0"  # no core dumps
     assert lines[1] == str(django_settings.TERMINALS["LIMIT_OPEN_FILES"])
-    assert re.search(rf"pids:/terminals-worker-\d+/{terminal}\b", result["output"]), result["output"]
+    assert re.search(rf"pids:/terminals-worker-[0-9a-f]{{12}}-\d+/{terminal}\b", result["output"]), result["output"]
     (group,) = [path for path in _terminal_groups(terminal) if path.parent.parent.name == "pids"]
     assert (group / "pids.max").read_text().strip() == str(django_settings.TERMINALS["LIMIT_PROCESSES"])
     assert alice.delete(f"/api/terminals/{terminal}").status_code == 200

@@ -562,7 +562,7 @@ def test_a_new_worker_empties_a_killed_workers_cgroups(orm, keys):
         terminal = api.create(shell="/bin/bash")["terminalId"]
         escapee = _unmarked_escapee(api, terminal, f"cgroup-escapee-{uuid.uuid4().hex[:8]}")
         dead = server.process("worker0")
-        groups = [path for path in CGROUP_ROOT.glob(f"*/terminals-worker-{dead.pid}/{terminal}")]
+        groups = [path for path in CGROUP_ROOT.glob(f"*/terminals-worker-*-{dead.pid}/{terminal}")]
         assert groups and all(str(escapee) in (group / "cgroup.procs").read_text().split() for group in groups)
         assert escapee not in marked_processes(MARKER).get(terminal, [])  # only the groups know it
 
@@ -572,7 +572,7 @@ def test_a_new_worker_empties_a_killed_workers_cgroups(orm, keys):
         start_worker(server, TERMINALS_HEARTBEAT_INTERVAL_MS=str(HEARTBEAT_MS))
         wait_for(lambda: not os.path.exists(f"/proc/{escapee}") or command_line(escapee) == "", 10,
                  "the escapee to be killed")
-        wait_for(lambda: not list(CGROUP_ROOT.glob(f"*/terminals-worker-{dead.pid}")), 10,
+        wait_for(lambda: not list(CGROUP_ROOT.glob(f"*/terminals-worker-*-{dead.pid}")), 10,
                  "the dead worker's groups removed")
         api.cleanup()
     finally:

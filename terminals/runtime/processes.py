@@ -78,6 +78,17 @@ def stat_fields(pid: int) -> list[str] | None:
     return text[text.rfind(")") + 2 :].split()
 
 
+def process_space() -> str:
+    """Which processes this one can see and signal: the machine's boot and the PID namespace. Two processes with the
+    same process space see each other's pids; for any others a pid means nothing (another host, a container)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as boot:
+            boot_id = boot.read().strip()
+        return f"{boot_id}/{os.readlink(f'{PROC}/self/ns/pid')}"
+    except OSError:
+        return ""  # unknown: pids of other workers are then never trusted, only their heartbeats
+
+
 def process_alive(pid: int) -> bool:
     """Whether pid is a running process: a zombie (dead, waiting for its parent to reap it) is not."""
     fields = stat_fields(pid)

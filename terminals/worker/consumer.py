@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import random
@@ -33,7 +34,7 @@ from ..runtime.buffer import OutputBuffer
 from ..runtime.commands import Command
 from ..runtime.errors import SessionNotFound, TerminalError
 from ..runtime.manager import Limits, SessionManager
-from ..runtime.processes import marked_processes, signal_number
+from ..runtime.processes import marked_processes, process_space, signal_number
 from ..runtime.pty import MARKER_VARIABLE, ExitStatus, PtySession, SpawnSpec
 from ..runtime.shell import ShellSession, TerminalBusy
 from ..runtime.signals import kill_marked
@@ -110,7 +111,14 @@ class AccountUnavailable(TerminalError):
 # wait, or waits less, still finds it started); a longer wait counts against the timeout. Within the web side's
 # deadline, which allows the worker timeout on top of the command's.
 FIRST_PROMPT_WAIT_SECONDS = 2.0
-CGROUP_PREFIX = "terminals-worker-"  # + the worker's pid: a group whose pid is gone belonged to a killed worker
+
+
+def cgroup_prefix() -> str:
+    """A worker's parent group is <this><pid>: its pid gone, the worker was killed. The prefix carries the process
+    space, because only there does a pid say anything: containers (and our tests' hosts) that share the cgroup
+    tree but not their pids must not take each other's groups for those of dead workers and empty them."""
+    space = hashlib.sha256(process_space().encode()).hexdigest()[:12]
+    return f"terminals-worker-{space}-"
 
 
 def confinement_from_settings() -> confine.Confinement:
@@ -124,10 +132,11 @@ def confinement_from_settings() -> confine.Confinement:
     )
     if not config["CGROUPS"]:
         return confine.Confinement(limits=limits, cgroups=confine.Cgroups(problem="turned off (TERMINALS_CGROUPS=off)"))
-    reaped = confine.reap_departed(CGROUP_PREFIX, own=f"{CGROUP_PREFIX}{os.getpid()}")
+    prefix = cgroup_prefix()
+    reaped = confine.reap_departed(prefix, own=f"{prefix}{os.getpid()}")
     if reaped:
         logger.warning("killed %d processes left behind by terminals of workers that are gone", reaped)
-    cgroups = confine.Cgroups.detect(f"{CGROUP_PREFIX}{os.getpid()}")
+    cgroups = confine.Cgroups.detect(f"{prefix}{os.getpid()}")
     if not cgroups.controllers:
         logger.warning("terminal limits without cgroups: %s", cgroups.problem or "no usable controller")
     return confine.Confinement(limits=limits, cgroups=cgroups)
@@ -282,6 +291,7 @@ class TerminalWorker:
         self.layer = layer or get_channel_layer()
         self.channel = ""
         self.hostname = socket.gethostname()
+        self.process_space = process_space()
         self.confinement = confinement_from_settings()
         sealed.use_directory(settings.TERMINALS["SEALED_SHELL_DIR"])
         self.manager = SessionManager(limits=limits or limits_from_settings(), clock=clock, on_exit=self._on_exit,
@@ -330,7 +340,8 @@ class TerminalWorker:
             await asyncio.to_thread(sealed.SHELLS.copy_of, "/bin/sh")
         self.database.start()
         self.channel = await self.layer.new_channel()
-        await self.database.run(lambda: records.worker_register(self.id, self.channel, self.hostname, os.getpid()))
+        await self.database.run(lambda: records.worker_register(self.id, self.channel, self.hostname, os.getpid(),
+                                                                 self.process_space))
         await self.mark_lost()
         await self.reap_lost()
         self._spawn(self._listen(self.channel))
@@ -446,7 +457,7 @@ class TerminalWorker:
         if settings.TERMINALS["EMBEDDED_WORKER"]:
             return False  # the in-memory channel layer reaches no other process
         declined = [*message.get("declined", []), self.id]
-        channels = await self.database.run(lambda: records.worker_channels_except(declined, self.hostname))
+        channels = await self.database.run(lambda: records.worker_channels_except(declined, self.process_space))
         if not channels:
             return False
         try:
@@ -740,10 +751,10 @@ class TerminalWorker:
     async def mark_lost(self) -> None:
         """Marks lost the terminals of workers that are gone (any live worker may do it), and ends what those
         of workers on this host left running here."""
-        lost = await self.database.run(lambda: records.sessions_mark_lost(self.hostname, self.id))
+        lost = await self.database.run(lambda: records.sessions_mark_lost(self.process_space, self.id))
         if lost:
             logger.warning("marked %d terminals of departed workers lost", len(lost))
-            here = [terminal_id for terminal_id, host in lost.items() if host == self.hostname]
+            here = [terminal_id for terminal_id, space in lost.items() if space == self.process_space]
             if here:
                 await self.reap_lost(here)
 
