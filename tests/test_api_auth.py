@@ -308,7 +308,7 @@ def test_audit_staff_sees_every_users_events(two_users, staff):
     assert {event["user"] for event in audit_events(staff, terminal=dave_terminal)} == {dave.username}
     # From carol's first event on (oldest first):  the run's earlier tests wrote thousands before it.
     since = audit_events(carol_api, ordering="at")[0]["at"]
-    everyone = {event["user"] for event in audit_events(staff, since=since, pageSize=1000)}
+    everyone = {event["user"] for event in audit_events(staff, sinceTime=since, pageSize=1000)}
     assert {carol.username, dave.username} <= everyone
 
 
@@ -326,12 +326,18 @@ def test_audit_filters_by_terminal_action_and_since(two_users):
 
     everything = audit_events(api, ordering="at")
     cutoff = everything[1]["at"]
-    since = audit_events(api, since=cutoff, ordering="at")
+    since = audit_events(api, sinceTime=cutoff, ordering="at")
     moment = datetime.fromisoformat(cutoff)
     assert [event["id"] for event in since] == [
         event["id"] for event in everything if datetime.fromisoformat(event["at"]) >= moment
     ]
     assert 0 < len(since) < len(everything)
+    # The first spelling keeps working, and untilTime takes the other side.
+    assert audit_events(api, since=cutoff, ordering="at") == since
+    before = audit_events(api, untilTime=cutoff, ordering="at")
+    assert [event["id"] for event in before] == [
+        event["id"] for event in everything if datetime.fromisoformat(event["at"]) < moment
+    ]
 
 
 def test_audit_list_is_paginated(two_users):

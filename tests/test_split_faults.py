@@ -169,8 +169,9 @@ def test_a_killed_workers_terminals_are_lost_by_heartbeat_and_a_restart_ends_wha
     server = two_workers
     api = Api(server.url, keys["alice"])
     terminal, host = _terminal_with_escapees(api)
-    # Relabelled before the kill, so no check can see the process gone: only the silence counts.
-    Worker.objects.filter(pk=host).update(hostname="elsewhere.invalid")
+    # Relabelled as another host's (hostname and process space) before the kill, so no check can see the process
+    # gone: only the silence counts.
+    Worker.objects.filter(pk=host).update(hostname="elsewhere.invalid", process_space="elsewhere")
     _process_of(server, host).stop(signal.SIGKILL)
     killed = time.monotonic()
 
@@ -493,8 +494,9 @@ def test_a_worker_judged_gone_while_frozen_ends_its_lost_terminals_when_it_resum
         terminal = api.create(shell="/bin/bash")
         host = api.get(f"/api/terminals/{terminal['terminalId']}").json()["data"]["worker"]
         frozen = _process_of(server, host)
-        # Relabelled as another host's, so the other worker cannot end the processes itself: only their own can.
-        Worker.objects.filter(pk=host).update(hostname="elsewhere.invalid")
+        # Relabelled as another host's (hostname and process space), so the other worker cannot end the processes
+        # itself: only their own can.
+        Worker.objects.filter(pk=host).update(hostname="elsewhere.invalid", process_space="elsewhere")
         frozen.process.send_signal(signal.SIGSTOP)
         try:
             api.wait_status(terminal["terminalId"], "lost", timeout=15)

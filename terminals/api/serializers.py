@@ -239,8 +239,11 @@ class AuditQuerySerializer(serializers.Serializer):
                                     help_text="only this outcome: ok, or an error code such as TERMINAL_NOT_FOUND")
     user = serializers.CharField(required=False, max_length=150,
                                  help_text="only this user's events (a user sees only their own whatever it says)")
-    since = serializers.DateTimeField(required=False, help_text="events at or after this time (ISO 8601)")
-    until = serializers.DateTimeField(required=False, help_text="events before this time (ISO 8601)")
+    # Times are sinceTime/untilTime, as in the output's sinceTime; since and until, the first spellings, still work.
+    sinceTime = serializers.DateTimeField(required=False, help_text="events at or after this time (ISO 8601)")
+    untilTime = serializers.DateTimeField(required=False, help_text="events before this time (ISO 8601)")
+    since = serializers.DateTimeField(required=False, help_text="the former name of sinceTime")
+    until = serializers.DateTimeField(required=False, help_text="the former name of untilTime")
     ordering = serializers.ChoiceField(required=False, choices=["-at", "at"], default="-at",
                                        help_text="-at: newest first (the default); at: oldest first")
 

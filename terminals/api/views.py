@@ -255,9 +255,9 @@ class MetricsView(APIView):
                                "clients of the process that answers; terminals by status and worker, and workers' "
                                "liveness, from the database. TERMINALS_METRICS_BIND serves the same on a separate "
                                "address without authentication.",
-                   responses={(200, "text/plain"): OpenApiResponse(OpenApiTypes.STR, description="Prometheus text "
-                                                                                                 "format 0.0.4"),
-                              **ERRORS})
+                   responses={(200, "text/plain"): OpenApiResponse(OpenApiTypes.STR, description="The Prometheus "
+                                                                                                 "text format"),
+                              **ERRORS, 403: ErrorEnvelope})
     def get(self, request):
         return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)
 
@@ -328,8 +328,8 @@ class AuditViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
             "action": query.get("action"),
             "outcome": query.get("outcome"),
             "username": query.get("user"),
-            "at__gte": query.get("since"),
-            "at__lt": query.get("until"),
+            "at__gte": query.get("sinceTime") or query.get("since"),
+            "at__lt": query.get("untilTime") or query.get("until"),
         }
         newest_first = query["ordering"] == "-at"
         events = events.filter(**{name: value for name, value in filters.items() if value is not None})
