@@ -7,6 +7,7 @@ writes fail after its short busy timeout, exactly as under a writer that never l
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
 import subprocess
@@ -231,3 +232,37 @@ def test_websocket_input_resize_and_signal_frames_are_refused_without_effect_whe
     inputs = [row["details"].get("input") for row in audit_rows(settings, username) if row["action"] == "input"
               and row["terminal"] == terminal.replace("-", "")]
     assert "typed-while-locked\r" not in inputs
+
+
+def test_a_websocket_whose_attach_cannot_be_audited_is_refused_with_4503_before_any_byte(service):
+    """The attach is on the audit trail before the client gets its first byte; with the trail locked the connection
+    is closed with 4503 and no attached or output frame, and the worker keeps no subscriber for it: the next
+    attach, once the lock is gone, works and is audited."""
+    import websockets
+
+    from .test_live import ws_url
+
+    server, settings, username, api = service
+    terminal = start_witness(api)
+
+    async def refused():
+        with audit_locked(settings):
+            async with websockets.connect(ws_url(server.url, terminal), additional_headers={"X-API-Key": api.key}) as ws:
+                frames = []
+                try:
+                    while True:
+                        frames.append(await asyncio.wait_for(ws.recv(), 30))
+                except websockets.ConnectionClosed as closed:
+                    return frames, closed.rcvd.code if closed.rcvd else None
+
+    async def accepted():
+        live = await Live.open(server.url, terminal, api.key)
+        await live.close()
+        return live.attached
+
+    frames, code = run_live(refused())
+    assert (frames, code) == ([], 4503)
+    assert run_live(accepted())["terminalId"] == terminal
+    attaches = [row for row in audit_rows(settings, username) if row["action"] == "attach"
+                and row["terminal"] == terminal.replace("-", "")]
+    assert len(attaches) == 1

@@ -28,6 +28,7 @@ async def server_sent_events(events: AsyncIterator[Event]) -> AsyncIterator[str]
     stop = asyncio.get_running_loop().create_future()
     _streams.add(stop)
     metrics.LIVE_CLIENTS.labels("sse").inc()
+    step = None
     try:
         while True:
             step = asyncio.ensure_future(anext(events))
@@ -50,6 +51,9 @@ async def server_sent_events(events: AsyncIterator[Event]) -> AsyncIterator[str]
     finally:
         _streams.discard(stop)
         metrics.LIVE_CLIENTS.labels("sse").dec()
+        if step is not None and not step.done():  # the client went away while the follow waited for output
+            step.cancel()
+            await asyncio.wait({step})
         await events.aclose()
 
 

@@ -114,12 +114,25 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             code = error.default_code if isinstance(error, ServiceError) else "INVALID_INPUT"
             await self._audit_refusal(code)
             return CLOSE_CODES.get(type(error), CLOSE_NOT_FOUND if code == "TERMINAL_NOT_FOUND" else 4400)
+        # On record before the client gets a byte; when it cannot be, the attach is undone and refused. (Output the
+        # worker pushes meanwhile waits: a consumer handles its channel's messages after connect() returns.)
+        try:
+            await database_sync_to_async(audit)(self.actor, "attach", terminal_id=self.terminal_id,
+                                                mode="view" if self.read_only else "interactive")
+        except AuditUnavailable:
+            await self._detach_from_worker()
+            return CLOSE_UNAVAILABLE
         self.attached = True
         self.sent_until = self.acked = self.attachment["fromByte"]
         await self._send({"type": "attached", **self.attachment, "readOnly": self.read_only})
-        await database_sync_to_async(audit)(self.actor, "attach", terminal_id=self.terminal_id,
-                                            mode="view" if self.read_only else "interactive")
         return None
+
+    async def _detach_from_worker(self) -> None:
+        try:
+            await worker_client.request(self.worker_channel, protocol.DETACH, id=self.terminal_id,
+                                        subscriber=self.channel_name)
+        except ServiceError:
+            pass  # the worker forgets subscribers whose channel stays full
 
     async def _authenticate(self):
         headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in self.scope["headers"]}
@@ -176,11 +189,11 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             watch.cancel()
         if self.attached:
             self.attached = False
+            await self._detach_from_worker()
             try:
-                await worker_client.request(self.worker_channel, protocol.DETACH, id=self.terminal_id, subscriber=self.channel_name)
-            except ServiceError:
-                pass  # the worker forgets subscribers whose channel stays full
-            await database_sync_to_async(audit)(self.actor, "detach", terminal_id=self.terminal_id, closeCode=code)
+                await database_sync_to_async(audit)(self.actor, "detach", terminal_id=self.terminal_id, closeCode=code)
+            except AuditUnavailable:
+                logger.warning("the detach from terminal %s (close code %s) could not be audited", self.terminal_id, code)
 
     # From the client
 
