@@ -18,6 +18,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from terminals import metrics  # noqa: E402
 from terminals.lifecycle import WithShutdownHooks  # noqa: E402
 from terminals.live.routing import websocket_urlpatterns  # noqa: E402
+from terminals.mcp.transport import McpEndpoint  # noqa: E402
 from terminals.redaction import redact_access_log  # noqa: E402
 from terminals.static_files import with_static_files  # noqa: E402
 from terminals.worker.embedded import WithEmbeddedWorker  # noqa: E402
@@ -26,7 +27,19 @@ from terminals.worker.embedded import WithEmbeddedWorker  # noqa: E402
 redact_access_log()
 metrics.serve_on_separate_bind()
 
+mcp_endpoint = McpEndpoint()
+http_application = with_static_files(django_application)
+
+
+async def http(scope, receive, send):
+    """/mcp and its profiles go to the MCP endpoint (its own authentication, before any message is read); the rest
+    to Django, static files first."""
+    if McpEndpoint.handles(scope["path"]):
+        return await mcp_endpoint(scope, receive, send)
+    return await http_application(scope, receive, send)
+
+
 application = WithShutdownHooks(WithEmbeddedWorker(
-    ProtocolTypeRouter({"http": with_static_files(django_application),
+    ProtocolTypeRouter({"http": http,
                         "websocket": AuthMiddlewareStack(URLRouter(websocket_urlpatterns))})
 ))

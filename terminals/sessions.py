@@ -171,8 +171,9 @@ def session_create(
     pty=True,
     output_byte_limit=None,
     session_id="",
+    login=False,
 ) -> dict:
-    """Starts a shell, or with command a program run directly (no shell in between)."""
+    """Starts a shell (with login, as a login shell), or with command a program run directly (no shell in between)."""
     username = actor.user.get_username()
     account = _run_as(username)
     directory = resolve_cwd(cwd, account, username=username)
@@ -187,7 +188,7 @@ def session_create(
             raise invalid("pty", "a shell needs a PTY; pty: false is for commands")
         shell_path = resolve_shell(shell)
         environment = build_env(requested_env, shell=shell_path, account=account)
-        fields = {"kind": "shell", "shell": shell_path, "argv": shell_argv(shell_path)}
+        fields = {"kind": "shell", "shell": shell_path, "argv": shell_argv(shell_path) + (["-l"] if login else [])}
     terminal_id = str(uuid.uuid4())
     require_audit_writable()
     data = worker_client.request_sync(

@@ -1,0 +1,279 @@
+"""/mcp: this service's own tool set for agents.
+
+Designed for what agents need and what today's terminal servers get wrong: a command returns its exact exit code
+and its own output, bounded (head and tail kept, what was left out counted, escape sequences stripped unless asked
+for); a call never outlives its timeout, and a command still running comes back with its id, its output so far
+and whether it waits for input; terminals outlive the agent's connection. Exit code 1 is data, not a tool error;
+a tool error says what to do next.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, NotRequired, TypedDict
+
+from django.conf import settings
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, ToolAnnotations
+from pydantic import Field
+
+from .. import sessions
+from .calls import call, result
+
+PROFILE = "terminals"
+DEFAULT_MAX_CHARS = 20_000  # the default budget of one result's output, about 5,000 tokens
+KEYS = {
+    "enter": "\r", "tab": "\t", "escape": "\x1b", "backspace": "\x7f", "space": " ",
+    "up": "\x1b[A", "down": "\x1b[B", "right": "\x1b[C", "left": "\x1b[D",
+    "home": "\x1b[H", "end": "\x1b[F", "pageup": "\x1b[5~", "pagedown": "\x1b[6~", "delete": "\x1b[3~",
+    **{f"ctrl-{chr(code)}": chr(code - 96) for code in range(ord("a"), ord("z") + 1)},
+    "ctrl-[": "\x1b", "ctrl-\\": "\x1c", "ctrl-]": "\x1d",
+}
+
+READ_ONLY = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
+CHANGES = ToolAnnotations(readOnlyHint=False, destructiveHint=False, openWorldHint=False)
+RUNS = ToolAnnotations(readOnlyHint=False, destructiveHint=True, openWorldHint=True)
+ENDS = ToolAnnotations(readOnlyHint=False, destructiveHint=True, openWorldHint=False)
+
+TerminalId = Annotated[str, Field(description="The terminal's id, from create_terminal or list_terminals")]
+MaxChars = Annotated[int, Field(ge=100, le=1_000_000, description="Most characters of output to return; the middle "
+                                                                  "of longer output is left out and counted")]
+
+
+class Terminal(TypedDict):
+    terminal_id: str
+    name: str
+    status: str
+    shell: str
+    command: str
+    cwd: str
+    exit_code: int | None
+    created: str
+
+
+class Listed(TypedDict):
+    terminals: list[Terminal]
+
+
+class CommandResult(TypedDict):
+    command_id: str
+    status: Annotated[str, Field(description="completed, or running (call wait_for_command with command_id)")]
+    exit_code: int | None
+    timed_out: bool
+    waiting_for_input: bool
+    output: str
+    chars_omitted: int
+    lines_omitted: int
+
+
+class Output(TypedDict):
+    output: str
+    next_line: Annotated[int, Field(description="Pass as since_line to read only what comes after")]
+    chars_omitted: int
+    lines_omitted: int
+    running: bool
+    exit_code: int | None
+
+
+class Screen(TypedDict):
+    screen: str
+    cols: int
+    rows: int
+
+
+class Done(TypedDict):
+    ok: bool
+    terminal_id: str
+    exit_code: NotRequired[int | None]
+
+
+def bounded(text: str, max_chars: int) -> tuple[str, int]:
+    """At most max_chars characters: the head and the tail, with the number left out said where it was cut."""
+    if len(text) <= max_chars:
+        return text, 0
+    omitted = len(text) - max_chars
+    head = max_chars // 4
+    tail = max_chars - head
+    return f"{text[:head]}\n[... {omitted} characters left out ...]\n{text[-tail:]}", omitted
+
+
+def _terminal(data: dict) -> dict:
+    return {"terminal_id": data["terminalId"], "name": data["name"], "status": data["status"], "shell": data["shell"],
+            "command": data["command"], "cwd": data["cwd"], "exit_code": data["exitCode"], "created": data["created"]}
+
+
+def _command(ran: dict, max_chars: int) -> dict:
+    output, cut = bounded(ran["output"], max_chars)
+    return {"command_id": ran["commandId"], "status": ran["status"], "exit_code": ran["exitCode"],
+            "timed_out": ran["timedOut"], "waiting_for_input": ran["waitingForInput"], "output": output,
+            "chars_omitted": cut, "lines_omitted": ran["linesOmitted"]}
+
+
+def _command_text(data: dict) -> str:
+    if data["status"] == "completed":
+        tail = f"[exit code {data['exit_code']}]"
+    elif data["waiting_for_input"]:
+        tail = f"[still running, waiting for input; command_id {data['command_id']}: send_input, then wait_for_command]"
+    else:
+        tail = f"[still running after the timeout; command_id {data['command_id']}: call wait_for_command]"
+    return f"{data['output'].rstrip(chr(10))}\n{tail}" if data["output"] else tail
+
+
+def _read_all(strip: bool) -> dict:
+    """As many lines as a read may give, the first half and the last half when there are more: bounded() then
+    keeps the head and the tail of those within the character budget."""
+    limit = settings.TERMINALS["MAX_OUTPUT_LINES"]
+    return {"mode": "head-tail", "head_lines": limit // 2, "tail_lines": limit - limit // 2, "max_lines": limit,
+            "strip_ansi": strip}
+
+
+def server() -> MCPServer:
+    mcp = MCPServer(
+        "terminals",
+        instructions="Persistent terminals on this service. create_terminal once, then run_command for anything "
+                     "with an exit code (it returns the command's own output and exit code); for servers and other "
+                     "long-running programs, run_command with a short timeout_ms returns a command_id to come back "
+                     "to with wait_for_command, or use send_input and read_output. Terminals live on when you "
+                     "disconnect: list_terminals finds them again.",
+    )
+
+    @mcp.tool(description="Create a terminal: a shell (the default) or, with command, a program run without a shell. "
+                          "It lives on the service until closed or idle for the configured timeout.",
+              annotations=CHANGES)
+    async def create_terminal(
+        ctx: Context,
+        name: Annotated[str, Field(max_length=100, description="A name to find it by")] = "",
+        shell: Annotated[str, Field(description="bash, zsh, sh, ... (default: the service's)")] = "",
+        command: Annotated[str, Field(description="A program to run instead of a shell")] = "",
+        args: Annotated[list[str], Field(description="The program's arguments")] = [],  # noqa: B006
+        cwd: Annotated[str, Field(description="Working directory (default: your home)")] = "",
+        env: Annotated[dict[str, str], Field(description="Extra environment variables")] = {},  # noqa: B006
+        cols: Annotated[int, Field(ge=1, description="Columns")] = 120,
+        rows: Annotated[int, Field(ge=1, description="Rows")] = 40,
+    ) -> Annotated[CallToolResult, Done]:
+        created = await call(ctx, PROFILE, "create_terminal", lambda actor: sessions.session_create(
+            actor=actor, shell=shell or None, command=command or None, args=args, cwd=cwd or None, env=env,
+            cols=cols, rows=rows, name=name), creates=True)
+        return result({"ok": True, "terminal_id": created["terminalId"]})
+
+    @mcp.tool(description="List your terminals (running ones, or all with include_ended).", annotations=READ_ONLY)
+    async def list_terminals(
+        ctx: Context, include_ended: bool = False,
+    ) -> Annotated[CallToolResult, Listed]:
+        found = await call(ctx, PROFILE, "list_terminals", lambda actor: sessions.session_list(
+            user=actor.user, status="all" if include_ended else "active"))
+        return result({"terminals": [_terminal(terminal) for terminal in found]})
+
+    @mcp.tool(description="Run a command in a shell terminal and wait for it: its own output (bounded) and its exact "
+                          "exit code. If it is still running after timeout_ms (or stops to wait for input), the "
+                          "result says so with a command_id for wait_for_command; it is not killed.",
+              annotations=RUNS)
+    async def run_command(
+        ctx: Context,
+        terminal_id: TerminalId,
+        command: str,
+        timeout_ms: Annotated[int, Field(ge=1, description="How long to wait before returning (default 30000)")] = 30_000,
+        max_chars: MaxChars = DEFAULT_MAX_CHARS,
+        strip_ansi: Annotated[bool, Field(description="Remove escape sequences (default true)")] = True,
+    ) -> Annotated[CallToolResult, CommandResult]:
+        timeout = min(timeout_ms, settings.TERMINALS["MAX_WAIT_MS"])
+        ran = await call(ctx, PROFILE, "run_command", lambda actor: sessions.session_command_run(
+            actor=actor, terminal_id=terminal_id, command=command, timeout_ms=timeout, wait=True,
+            read=_read_all(strip_ansi)), terminal_id=terminal_id, long=True)
+        data = _command(ran, max_chars)
+        return result(data, _command_text(data))
+
+    @mcp.tool(description="Wait for a command started by run_command to finish, up to timeout_ms; returns what "
+                          "run_command returns.", annotations=READ_ONLY)
+    async def wait_for_command(
+        ctx: Context,
+        terminal_id: TerminalId,
+        command_id: str,
+        timeout_ms: Annotated[int, Field(ge=0, description="How long to wait (default 30000)")] = 30_000,
+        max_chars: MaxChars = DEFAULT_MAX_CHARS,
+        strip_ansi: bool = True,
+    ) -> Annotated[CallToolResult, CommandResult]:
+        timeout = min(timeout_ms, settings.TERMINALS["MAX_WAIT_MS"])
+        ran = await call(ctx, PROFILE, "wait_for_command", lambda actor: sessions.session_command_wait(
+            actor=actor, terminal_id=terminal_id, command_id=command_id, timeout_ms=timeout,
+            read=_read_all(strip_ansi)), terminal_id=terminal_id, long=True)
+        data = _command(ran, max_chars)
+        return result(data, _command_text(data))
+
+    @mcp.tool(description="Type into a terminal: text (Enter added unless enter is false), or named keys in keys, "
+                          "sent after the text: enter, tab, escape, backspace, up, down, left, right, home, end, "
+                          "pageup, pagedown, delete, ctrl-a ... ctrl-z.", annotations=RUNS)
+    async def send_input(
+        ctx: Context,
+        terminal_id: TerminalId,
+        text: str = "",
+        keys: Annotated[list[str], Field(description="Named keys, e.g. [\"ctrl-c\"] or [\"down\", \"enter\"]")] = [],  # noqa: B006
+        enter: Annotated[bool, Field(description="Press Enter after the text (default true)")] = True,
+    ) -> Annotated[CallToolResult, Done]:
+        unknown = [key for key in keys if key.lower() not in KEYS]
+        if unknown:
+            raise ToolError(f"INVALID_INPUT: unknown key {unknown[0][:20]!r}. Next: use one of "
+                            f"{', '.join(sorted(KEYS))}.")
+        data = text + ("\r" if enter and text else "") + "".join(KEYS[key.lower()] for key in keys)
+        if not data:
+            raise ToolError("INVALID_INPUT: nothing to send. Next: give text or keys.")
+        await call(ctx, PROFILE, "send_input", lambda actor: sessions.session_write(
+            actor=actor, terminal_id=terminal_id, text=data, append_newline=False), terminal_id=terminal_id)
+        return result({"ok": True, "terminal_id": terminal_id})
+
+    @mcp.tool(description="Read a terminal's output: by default the newest lines within max_chars; with since_line "
+                          "(from a previous next_line) only what came after.", annotations=READ_ONLY)
+    async def read_output(
+        ctx: Context,
+        terminal_id: TerminalId,
+        since_line: Annotated[int, Field(ge=-1, description="Read from this line on (-1: the newest lines)")] = -1,
+        max_chars: MaxChars = DEFAULT_MAX_CHARS,
+        strip_ansi: bool = True,
+    ) -> Annotated[CallToolResult, Output]:
+        options = {"since": since_line if since_line >= 0 else None, "since_time": None, "stream": "both",
+                   "read": _read_all(strip_ansi)}
+        data = await call(ctx, PROFILE, "read_output", lambda actor: sessions.session_read(
+            actor=actor, terminal_id=terminal_id, options=options), terminal_id=terminal_id)
+        output, cut = bounded(data["output"], max_chars)
+        status = data["exitStatus"] or {}
+        return result({"output": output, "next_line": data["nextReadFrom"], "chars_omitted": cut,
+                       "lines_omitted": data["stats"]["linesOmitted"] + data["linesEvicted"],
+                       "running": data["isActive"], "exit_code": status.get("exitCode")})
+
+    @mcp.tool(description="The terminal's screen as it looks now (for full-screen programs such as top, vim, less).",
+              annotations=READ_ONLY)
+    async def get_screen(ctx: Context, terminal_id: TerminalId) -> Annotated[CallToolResult, Screen]:
+        data = await call(ctx, PROFILE, "get_screen", lambda actor: sessions.session_screen(
+            actor=actor, terminal_id=terminal_id), terminal_id=terminal_id)
+        screen = "\n".join(line.rstrip() for line in data["lines"]).rstrip("\n")
+        return result({"screen": screen, "cols": data["cols"], "rows": data["rows"]}, screen)
+
+    @mcp.tool(description="Send a signal to the terminal's foreground program (SIGINT is Ctrl-C).", annotations=ENDS)
+    async def send_signal(
+        ctx: Context, terminal_id: TerminalId,
+        signal: Annotated[str, Field(description="SIGINT, SIGTERM, SIGKILL, SIGHUP, SIGQUIT, SIGTSTP, SIGCONT, "
+                                                 "SIGUSR1 or SIGUSR2")] = "SIGINT",
+    ) -> Annotated[CallToolResult, Done]:
+        if signal not in sessions.SIGNALS:
+            raise ToolError(f"INVALID_INPUT: {signal[:20]!r} is not one of {', '.join(sessions.SIGNALS)}. Next: "
+                            "call again with one of them.")
+        await call(ctx, PROFILE, "send_signal", lambda actor: sessions.session_signal(
+            actor=actor, terminal_id=terminal_id, signal=signal), terminal_id=terminal_id)
+        return result({"ok": True, "terminal_id": terminal_id})
+
+    @mcp.tool(description="Change the terminal's size.", annotations=CHANGES)
+    async def resize_terminal(
+        ctx: Context, terminal_id: TerminalId, cols: Annotated[int, Field(ge=1)], rows: Annotated[int, Field(ge=1)],
+    ) -> Annotated[CallToolResult, Done]:
+        await call(ctx, PROFILE, "resize_terminal", lambda actor: sessions.session_resize(
+            actor=actor, terminal_id=terminal_id, cols=cols, rows=rows), terminal_id=terminal_id)
+        return result({"ok": True, "terminal_id": terminal_id})
+
+    @mcp.tool(description="End a terminal and everything it started (SIGTERM, then SIGKILL after a grace period).",
+              annotations=ENDS)
+    async def close_terminal(ctx: Context, terminal_id: TerminalId) -> Annotated[CallToolResult, Done]:
+        ended = await call(ctx, PROFILE, "close_terminal", lambda actor: sessions.session_terminate(
+            actor=actor, terminal_id=terminal_id), terminal_id=terminal_id)
+        return result({"ok": True, "terminal_id": terminal_id, "exit_code": ended.get("exitCode")})
+
+    return mcp

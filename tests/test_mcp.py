@@ -1,0 +1,289 @@
+"""The MCP endpoint, driven by the official SDK's client against real servers (embedded, and split with two web
+processes): the tool lists against seed 001, every tool, seed 001's scenarios A to D through /mcp/terminally, one
+user's terminals invisible to another through every profile, tool errors that say what to do, 401 before any MCP
+message without a key, progress during a long wait, bounded output, and the audit trail (docs/mcp.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+
+import requests
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from terminals.models import AuditEvent
+
+
+SEED_001 = {  # tool: (properties and their JSON types, required), as the PRD defines them
+    "create_tab": ({"name": "string", "cwd": "string", "env": "object", "login": "boolean"}, []),
+    "list_tabs": ({}, []),
+    "read_logs_from_tab": ({"window_id": "string", "lines": "number", "strip_ansi": "boolean"}, ["window_id"]),
+    "execute_command": ({"window_id": "string", "command": "string", "timeout_ms": "number", "strip_ansi": "boolean"},
+                        ["window_id", "command"]),
+    "start_process": ({"window_id": "string", "command": "string", "append_newline": "boolean"},
+                      ["window_id", "command"]),
+    "stop_process": ({"window_id": "string", "signal": "string"}, ["window_id"]),
+    "stream_logs_from_tab": ({"window_id": "string", "from_byte": "number", "max_bytes": "number",
+                              "strip_ansi": "boolean"}, ["window_id"]),
+}
+
+
+@contextlib.asynccontextmanager
+async def connect(url: str, key: str | None, path: str = "/mcp", **headers):
+    sent = {**({"Authorization": f"Bearer {key}"} if key else {}), **headers}
+    http = create_mcp_http_client(headers=sent)
+    async with Client(streamable_http_client(f"{url}{path}", http_client=http)) as client:
+        yield client
+
+
+def run(scenario):
+    return asyncio.run(asyncio.wait_for(scenario, 120))
+
+
+def data(answer) -> dict:
+    """A successful call's structured content, which its text must carry as JSON too (seed 001's convention)."""
+    assert not answer.is_error, answer.content[0].text
+    return answer.structured_content
+
+
+def text(answer) -> str:
+    return answer.content[0].text
+
+
+def test_terminally_lists_seed_001s_tools_with_its_schemas(server, keys):
+    async def scenario():
+        async with connect(server.url, keys["alice"], "/mcp/terminally") as client:
+            return (await client.list_tools()).tools
+
+    tools = {tool.name: tool for tool in run(scenario())}
+    assert set(tools) == set(SEED_001)
+    for name, (properties, required) in SEED_001.items():
+        schema = tools[name].input_schema
+        assert {prop: spec.get("type") for prop, spec in schema.get("properties", {}).items()} == properties, name
+        assert sorted(schema.get("required", [])) == sorted(required), name
+    assert tools["read_logs_from_tab"].annotations.read_only_hint is True
+    assert tools["execute_command"].annotations.destructive_hint is True
+
+
+def test_seed_001_scenarios_a_to_d_through_terminally(server, keys, tmp_path):
+    """A: a bounded command with its exit code; B: a dev server started, its logs read, stopped; C: three named
+    tabs, two services and a test run; D: a failure investigated from the history and with grep."""
+    log = tmp_path / "app.log"
+    log.write_text("starting\nERROR: disk full\nok\n")
+    log.chmod(0o644)
+    tmp_path.chmod(0o755)
+
+    async def scenario():
+        async with connect(server.url, keys["alice"], "/mcp/terminally") as client:
+            async def call(tool, **arguments):
+                return data(await client.call_tool(tool, arguments))
+
+            # A
+            tab = (await call("create_tab", cwd=str(tmp_path)))["window_id"]
+            listed = await call("execute_command", window_id=tab, command="ls -la", timeout_ms=5000)
+            assert listed["exit_code"] == 0 and "app.log" in listed["output"] and listed["timed_out"] is False
+            recent = await call("read_logs_from_tab", window_id=tab, lines=50)
+            assert "app.log" in recent["content"]
+            # B
+            web = (await call("create_tab", name="web"))["window_id"]
+            assert await call("start_process", window_id=web, command="while :; do echo serving; sleep 0.2; done") == {
+                "started": True}
+            await wait_logs(call, web, "serving")
+            assert await call("stop_process", window_id=web) == {"success": True}
+            after = await call("execute_command", window_id=web, command="echo stopped-$((40+2))", timeout_ms=5000)
+            assert (after["output"], after["exit_code"]) == ("stopped-42\n", 0)
+            # C
+            tabs = {name: (await call("create_tab", name=name))["window_id"] for name in ("web2", "db", "tests")}
+            await call("start_process", window_id=tabs["web2"], command="while :; do echo web-up; sleep 0.3; done")
+            await call("start_process", window_id=tabs["db"], command="while :; do echo db-up; sleep 0.3; done")
+            tested = await call("execute_command", window_id=tabs["tests"], command="sh -c 'echo 3 passed; exit 1'",
+                                timeout_ms=120000)
+            assert (tested["output"], tested["exit_code"]) == ("3 passed\n", 1)
+            for name, needle in (("web2", "web-up"), ("db", "db-up")):
+                await wait_logs(call, tabs[name], needle)
+            listing = (await call("list_tabs"))["tabs"]
+            names = {tab["name"]: tab for tab in listing}
+            assert {"web", "web2", "db", "tests"} <= set(names)
+            assert [tab["name"] for tab in listing if tab["active"]] == ["tests"]  # the newest, as tmux's new window
+            for name in ("web2", "db"):
+                await call("stop_process", window_id=tabs[name])
+            # D
+            history = await call("read_logs_from_tab", window_id=tab, lines=2000)
+            assert "ls -la" in history["content"] and history["truncated"] is False
+            grepped = await call("execute_command", window_id=tab, command="grep -i error app.log", timeout_ms=10000)
+            assert (grepped["output"], grepped["exit_code"]) == ("ERROR: disk full\n", 0)
+            return [tab, web, *tabs.values()]
+
+    made = run(scenario())
+    cleanup(server, keys["alice"], made)
+
+
+async def wait_logs(call, tab: str, needle: str, timeout: float = 15.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while needle not in (await call("read_logs_from_tab", window_id=tab, lines=20, strip_ansi=True))["content"]:
+        assert asyncio.get_running_loop().time() < deadline, f"{needle!r} never showed in tab {tab}"
+        await asyncio.sleep(0.1)
+
+
+def cleanup(server, key: str, terminals: list[str]) -> None:
+    for terminal in terminals:
+        requests.delete(f"{server.url}/api/terminals/{terminal}", headers={"X-API-Key": key}, timeout=30)
+
+
+def test_terminally_reads_by_line_count_and_byte_offset_and_keeps_text_unescaped(server, keys):
+    async def scenario():
+        async with connect(server.url, keys["alice"], "/mcp/terminally") as client:
+            tab = data(await client.call_tool("create_tab", {}))["window_id"]
+            ran = await client.call_tool("execute_command", {"window_id": tab, "command": "seq 1 30; printf '€%.0s' $(seq 5000); echo"})
+            logs = data(await client.call_tool("read_logs_from_tab", {"window_id": tab, "lines": 3, "strip_ansi": True}))
+            first = data(await client.call_tool("stream_logs_from_tab", {"window_id": tab, "max_bytes": 10}))
+            second = data(await client.call_tool("stream_logs_from_tab", {"window_id": tab, "from_byte": first["next_byte"],
+                                                                          "max_bytes": 10}))
+            bad = await client.call_tool("read_logs_from_tab", {"window_id": tab, "lines": 2.5})
+            return tab, ran, logs, first, second, bad
+
+    tab, ran, logs, first, second, bad = run(scenario())
+    assert data(ran)["exit_code"] == 0
+    assert "€" * 5000 in text(ran) and len(text(ran)) < 6000  # 5,000 € stay 5,000 characters, not \\u20ac each
+    assert json.loads(text(ran)) == data(ran)
+    assert logs["returned_lines"] == 3 and logs["truncated"] is True
+    assert first["next_byte"] == 10 and second["next_byte"] == 20 and first["eof"] is False
+    assert bad.is_error and "lines must be a whole number" in text(bad) and "Next:" in text(bad)
+    cleanup(server, keys["alice"], [tab])
+
+
+def test_our_profile_runs_commands_for_their_exit_code_and_hands_back_the_running_ones(server, keys):
+    async def scenario():
+        progress = []
+
+        async def on_progress(value, total, message):
+            progress.append(value)
+
+        async with connect(server.url, keys["alice"]) as client:
+            terminal = data(await client.call_tool("create_terminal", {"name": "agent"}))["terminal_id"]
+            failed = await client.call_tool("run_command", {"terminal_id": terminal, "command": "echo out; echo err >&2; false"})
+            slow = data(await client.call_tool("run_command", {"terminal_id": terminal, "command": "sleep 7; echo done",
+                                                               "timeout_ms": 500}))
+            waited = data(await client.call_tool("wait_for_command", {"terminal_id": terminal,
+                                                                      "command_id": slow["command_id"],
+                                                                      "timeout_ms": 20000},
+                                                 progress_callback=on_progress))
+            flood = data(await client.call_tool("run_command", {"terminal_id": terminal, "command": "seq 1 5000",
+                                                                "max_chars": 1000}))
+            keys_sent = data(await client.call_tool("send_input", {"terminal_id": terminal, "text": "sleep 30",
+                                                                   "keys": ["ctrl-c"]}))
+            listed = data(await client.call_tool("list_terminals", {}))
+            closed = data(await client.call_tool("close_terminal", {"terminal_id": terminal}))
+            return terminal, failed, slow, waited, flood, keys_sent, listed, closed, progress
+
+    terminal, failed, slow, waited, flood, keys_sent, listed, closed, progress = run(scenario())
+    assert not failed.is_error  # exit code 1 is data, not a tool error
+    assert failed.structured_content["exit_code"] == 1 and "out\nerr\n" in failed.structured_content["output"]
+    assert text(failed).endswith("[exit code 1]")
+    assert (slow["status"], slow["timed_out"], slow["exit_code"]) == ("running", True, None)
+    assert (waited["status"], waited["exit_code"], waited["output"]) == ("completed", 0, "done\n")
+    assert progress, "no progress notification during a wait of several seconds"
+    assert flood["chars_omitted"] > 0 and len(flood["output"]) < 1100 and flood["output"].startswith("1\n")
+    assert flood["output"].rstrip().endswith("5000") and flood["exit_code"] == 0
+    assert keys_sent["ok"] and terminal in [item["terminal_id"] for item in listed["terminals"]]
+    assert closed["ok"]
+
+
+def test_a_user_cannot_see_or_touch_another_users_terminals_through_any_profile(server, keys):
+    async def scenario():
+        async with connect(server.url, keys["alice"]) as alice:
+            mine = data(await alice.call_tool("create_terminal", {}))["terminal_id"]
+        async with connect(server.url, keys["bob"]) as bob:
+            ours = await bob.call_tool("run_command", {"terminal_id": mine, "command": "touch /tmp/bob-was-here"})
+            listed = data(await bob.call_tool("list_terminals", {}))
+        async with connect(server.url, keys["bob"], "/mcp/terminally") as bob:
+            theirs = await bob.call_tool("execute_command", {"window_id": mine, "command": "id"})
+            stopped = await bob.call_tool("stop_process", {"window_id": mine})
+            tabs = data(await bob.call_tool("list_tabs", {}))
+        return mine, ours, listed, theirs, stopped, tabs
+
+    mine, ours, listed, theirs, stopped, tabs = run(scenario())
+    for answer in (ours, theirs, stopped):
+        assert answer.is_error and "TERMINAL_NOT_FOUND" in text(answer) and "Next:" in text(answer)
+    assert mine not in json.dumps(listed) and mine not in json.dumps(tabs)
+    cleanup(server, keys["alice"], [mine])
+
+
+def test_no_key_is_401_before_any_mcp_message_and_is_audited(server, keys, orm):
+    before = AuditEvent.objects.filter(action="mcp", outcome="UNAUTHORIZED").count()
+    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    for headers in ({}, {"Authorization": "Bearer tk_00000000.nope"}, {"X-API-Key": keys["revoked"]}):
+        answer = requests.post(f"{server.url}/mcp/terminally", json=message, timeout=30,
+                               headers={"Accept": "application/json, text/event-stream", **headers})
+        assert answer.status_code == 401, answer.text
+        assert answer.json()["error"]["code"] == "UNAUTHORIZED" and "jsonrpc" not in answer.text
+        assert "oauth" not in json.dumps(dict(answer.headers)).lower()
+    assert AuditEvent.objects.filter(action="mcp", outcome="UNAUTHORIZED").count() == before + 3
+    foreign = requests.post(f"{server.url}/mcp", json=message, timeout=30,
+                            headers={"X-API-Key": keys["alice"], "Origin": "http://evil.example"})
+    assert foreign.status_code == 403
+    unknown = requests.post(f"{server.url}/mcp/nowhere", json=message, timeout=30, headers={"X-API-Key": keys["alice"]})
+    assert unknown.status_code == 404 and "/mcp/terminally" in unknown.json()["error"]["message"]
+
+
+def test_every_call_is_audited_with_its_tool_and_acts_as_the_keys_user(server, keys, orm):
+    async def scenario():
+        async with connect(server.url, None, "/mcp", **{"X-API-Key": keys["alice"]}) as client:
+            terminal = data(await client.call_tool("create_terminal", {}))["terminal_id"]
+            await client.call_tool("run_command", {"terminal_id": terminal, "command": "echo audited"})
+            return terminal
+
+    terminal = run(scenario())
+    calls = AuditEvent.objects.filter(action="mcp", terminal_id=terminal).order_by("id")
+    assert [(row.details["tool"], row.outcome, row.details["profile"]) for row in calls] == [
+        ("run_command", "ok", "terminals")]
+    created = AuditEvent.objects.get(action="create", terminal_id=terminal)
+    command = AuditEvent.objects.get(action="command", terminal_id=terminal)
+    assert created.username.startswith("alice") and created.source.endswith("(MCP)")
+    assert command.details["command"] == "echo audited" and command.source.endswith("(MCP)")
+    cleanup(server, keys["alice"], [terminal])
+
+
+def test_calls_of_one_client_may_land_on_either_web_process(split_server, keys):
+    """Stateless: a tab made through one web process is driven through the other."""
+    first, second = split_server.urls[:2]
+
+    async def scenario():
+        async with connect(first, keys["alice"], "/mcp/terminally") as one:
+            tab = data(await one.call_tool("create_tab", {}))["window_id"]
+        async with connect(second, keys["alice"], "/mcp/terminally") as other:
+            ran = data(await other.call_tool("execute_command", {"window_id": tab, "command": "echo $((6*7))"}))
+        return tab, ran
+
+    tab, ran = run(scenario())
+    assert (ran["output"], ran["exit_code"]) == ("42\n", 0)
+    cleanup(split_server, keys["alice"], [tab])
+
+
+def test_a_client_gone_mid_call_leaves_the_terminal_usable(server, keys):
+    """The client disconnects while run_command waits: the command runs on (it was asked for), the terminal is
+    not harmed, and the next client finds the command's result."""
+    async def scenario():
+        async with connect(server.url, keys["alice"]) as client:
+            terminal = data(await client.call_tool("create_terminal", {}))["terminal_id"]
+        async with connect(server.url, keys["alice"]) as client:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(client.call_tool("run_command", {"terminal_id": terminal,
+                                                                        "command": "sleep 2; echo finished"}), 0.5)
+        async with connect(server.url, keys["alice"]) as client:
+            async def finished():
+                found = data(await client.call_tool("read_output", {"terminal_id": terminal}))
+                return "finished\n" in found["output"].replace("echo finished", "")
+            deadline = asyncio.get_running_loop().time() + 20
+            while not await finished():
+                assert asyncio.get_running_loop().time() < deadline
+                await asyncio.sleep(0.2)
+            again = data(await client.call_tool("run_command", {"terminal_id": terminal, "command": "echo next"}))
+        return terminal, again
+
+    terminal, again = run(scenario())
+    assert (again["output"], again["exit_code"]) == ("next\n", 0)
+    cleanup(server, keys["alice"], [terminal])
