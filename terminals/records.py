@@ -83,10 +83,13 @@ def vanished_end(terminal_id: str, status: ExitStatus | None) -> None:
           "were ended", exitCode=status.exit_code, signal=status.signal)
 
 
-def worker_channels_except(worker_ids: list[str], space: str) -> list[str]:
-    """The channels of the live workers other than these, leaving out those of this host whose process is gone."""
-    return [worker.channel for worker in Worker.objects.live().exclude(pk__in=worker_ids)
-            if not _process_gone(worker, space)]
+def worker_channels_except(worker_ids: list[str], space: str, hostname: str = "") -> list[str]:
+    """The channels of the live workers other than these (of that host only, when given), leaving out those of this
+    host whose process is gone."""
+    workers = Worker.objects.live().exclude(pk__in=worker_ids)
+    if hostname:
+        workers = workers.filter(hostname=hostname)
+    return [worker.channel for worker in workers if not _process_gone(worker, space)]
 
 
 def worker_stop(worker_id: str, statuses: dict[str, ExitStatus | None]) -> None:

@@ -172,6 +172,7 @@ def session_create(
     output_byte_limit=None,
     session_id="",
     login=False,
+    host=None,
 ) -> dict:
     """Starts a shell (with login, as a login shell), or with command a program run directly (no shell in between)."""
     username = actor.user.get_username()
@@ -192,8 +193,9 @@ def session_create(
     terminal_id = str(uuid.uuid4())
     require_audit_writable()
     data = worker_client.request_sync(
-        protocol.CREATE_CHANNEL,
+        _creation_channel(host),
         protocol.CREATE,
+        host=host or "",
         id=terminal_id,
         owner_id=actor.user.pk,
         api_key_id=actor.api_key.pk if actor.api_key is not None else None,
@@ -216,6 +218,33 @@ def session_create(
         _discard(terminal_id)  # no terminal runs off the record
         raise
     return data
+
+
+def _creation_channel(host: str | None) -> str:
+    """The shared creation queue, or with host the channel of that host's live worker with the fewest terminals
+    (which passes the creation on only to workers of the same host when it is full)."""
+    if not host:
+        return protocol.CREATE_CHANNEL
+    if settings.TERMINALS["EMBEDDED_WORKER"]:
+        # One host: this process's own worker, which alone takes from the in-memory creation queue. (Other
+        # deployments' workers in the same database are no way to reach it.)
+        from .worker.embedded import current_worker
+
+        worker = current_worker()
+        if worker is None or worker.hostname != host:
+            here = worker.hostname if worker is not None else "none yet"
+            raise invalid("server_id", f"no live worker on host {host!r}; the hosts are: {here}")
+        return protocol.CREATE_CHANNEL
+    workers = list(Worker.objects.live().filter(hostname=host)
+                   .annotate(active=Count("terminals", filter=Q(terminals__status="active"))).order_by("active"))
+    if not workers:
+        raise invalid("server_id", f"no live worker on host {host!r}; the hosts are: {', '.join(worker_hosts()) or 'none'}")
+    return workers[0].channel
+
+
+def worker_hosts() -> list[str]:
+    """The hostnames of the live workers: where a terminal can be asked to run."""
+    return sorted(set(Worker.objects.live().values_list("hostname", flat=True)))
 
 
 def _run_as(username: str):

@@ -48,9 +48,10 @@ def start_host(server: Server, hostname: str, env: dict[str, str]) -> ServicePro
 def hosts(orm):
     """Redis, a web process on this host, and a function that adds worker hosts; one terminal per worker."""
     redis, redis_url = start_redis()
-    # A busy machine may take a few seconds to pass a creation from a full worker on: the timeout only stops a hang.
+    # A busy machine may take a few seconds to pass a creation from a full worker on; a request to a dead host waits
+    # this long too before the heartbeat gives it away, so it stays well under the clients' 30 s.
     env = service_env(REDIS_URL=redis_url, TERMINALS_HEARTBEAT_INTERVAL_MS=str(HEARTBEAT_MS), TERMINALS_MAX_TOTAL="1",
-                      TERMINALS_WORKER_TIMEOUT_MS="30000")
+                      TERMINALS_WORKER_TIMEOUT_MS="10000")
     subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
     port = free_port()
     server = Server(url=f"http://127.0.0.1:{port}", mode="split", redis=redis, redis_url=redis_url)

@@ -56,10 +56,11 @@ def result(data: dict, text: str | None = None) -> CallToolResult:
 
 
 async def call(ctx: Context, profile: str, tool: str, use_case: Callable[[Actor], Any], *,
-               terminal_id: str | None = None, long: bool = False, creates: bool = False) -> Any:
+               terminal_id: str | None = None, long: bool = False, creates: bool = False, record: bool = True) -> Any:
     """Runs use_case(actor) on a thread of its own; audits the call; turns a refusal into a tool error. A long
     call sends a progress notification every PROGRESS_SECONDS while it waits (when the client asked for them).
-    A call that creates a terminal counts against the key's creation rate first, as POST /api/terminals does."""
+    A call that creates a terminal counts against the key's creation rate first, as POST /api/terminals does.
+    record=False leaves out the call's own audit row (for the polls of a tool that records itself once)."""
     actor = actor_of(ctx)
 
     def guarded(who: Actor):
@@ -84,7 +85,8 @@ async def call(ctx: Context, profile: str, tool: str, use_case: Callable[[Actor]
     except BaseException:
         task.cancel()
         raise
-    await _audit(actor, profile, tool, "ok", terminal_id)
+    if record:
+        await _audit(actor, profile, tool, "ok", terminal_id)
     return value
 
 

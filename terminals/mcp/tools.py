@@ -9,13 +9,14 @@ a tool error says what to do next.
 
 from __future__ import annotations
 
-from typing import Annotated, NotRequired, TypedDict
+from typing import Annotated
 
 from django.conf import settings
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
+from typing_extensions import NotRequired, TypedDict
 
 from .. import sessions
 from .calls import call, result

@@ -38,9 +38,10 @@ PREFIX = "/mcp"
 
 def _profiles() -> dict[str, object]:
     """Each path's MCPServer, built on first use (importing the SDK takes a moment)."""
-    from . import terminally, tools
+    from . import komodo, persistent_terminal, terminally, tools
 
-    return {"/mcp": tools.server(), "/mcp/terminally": terminally.server()}
+    return {"/mcp": tools.server(), "/mcp/terminally": terminally.server(), "/mcp/komodo": komodo.server(),
+            "/mcp/persistent-terminal": persistent_terminal.server()}
 
 
 class McpEndpoint:
@@ -100,8 +101,8 @@ class McpEndpoint:
 
     async def _ensure_started(self) -> None:
         if self._started is None:
+            self._servers = _profiles()  # raises before anything waits on a start that would never come
             self._started = asyncio.Event()
-            self._servers = _profiles()
             for path, server in self._servers.items():
                 server.streamable_http_app(streamable_http_path=path, stateless_http=True, json_response=False,
                                            transport_security=_no_host_checks())

@@ -457,7 +457,8 @@ class TerminalWorker:
         if settings.TERMINALS["EMBEDDED_WORKER"]:
             return False  # the in-memory channel layer reaches no other process
         declined = [*message.get("declined", []), self.id]
-        channels = await self.database.run(lambda: records.worker_channels_except(declined, self.process_space))
+        channels = await self.database.run(lambda: records.worker_channels_except(declined, self.process_space,
+                                                                                      message.get("host", "")))
         if not channels:
             return False
         try:
