@@ -287,3 +287,48 @@ def test_a_client_gone_mid_call_leaves_the_terminal_usable(server, keys):
     terminal, again = run(scenario())
     assert (again["output"], again["exit_code"]) == ("next\n", 0)
     cleanup(server, keys["alice"], [terminal])
+
+
+def test_the_stdio_bridge_serves_a_stdio_client_with_the_key_from_the_environment(embedded_server, keys):
+    """manage.py mcp_stdio, started by the SDK's stdio client as Claude Desktop starts servers: the tools of the
+    endpoint, calls forwarded as the key's user, progress passed on; without the key it says so on stderr."""
+    import subprocess
+    import sys
+
+    from mcp.client.stdio import StdioServerParameters
+
+    from .servers import ROOT, service_env
+
+    env = {**service_env(TERMINALS_API_KEY=keys["alice"])}
+    parameters = StdioServerParameters(command=sys.executable, cwd=str(ROOT), env=env,
+                                       args=["manage.py", "mcp_stdio", "--url", f"{embedded_server.url}/mcp"])
+
+    async def scenario():
+        progress = []
+
+        async def on_progress(value, total, message):
+            progress.append(value)
+
+        async with Client(parameters) as client:
+            names = {tool.name for tool in (await client.list_tools()).tools}
+            terminal = data(await client.call_tool("create_terminal", {}))["terminal_id"]
+            ran = data(await client.call_tool("run_command", {"terminal_id": terminal, "command": "sleep 6; exit 4"},
+                                              progress_callback=on_progress))
+            return names, terminal, ran, progress
+
+    names, terminal, ran, progress = run(scenario())
+    assert {"run_command", "create_terminal", "read_output"} <= names
+    assert ran["exit_code"] == 4 and progress
+    owner = requests.get(f"{embedded_server.url}/api/terminals/{terminal}", headers={"X-API-Key": keys["alice"]},
+                         timeout=30).json()["data"]["owner"]
+    assert owner.startswith("alice")
+    cleanup(embedded_server, keys["alice"], [terminal])
+
+    keyless = {name: value for name, value in env.items() if name != "TERMINALS_API_KEY"}
+    refused = subprocess.run([sys.executable, "manage.py", "mcp_stdio", "--url", f"{embedded_server.url}/mcp"],
+                             cwd=ROOT, env=keyless, input="", capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0 and refused.stdout == "" and "TERMINALS_API_KEY" in refused.stderr
+    wrong = subprocess.run([sys.executable, "manage.py", "mcp_stdio", "--url", f"{embedded_server.url}/mcp"],
+                           cwd=ROOT, env={**keyless, "TERMINALS_API_KEY": "tk_00000000.wrong"}, input="",
+                           capture_output=True, text=True, timeout=60)
+    assert wrong.returncode != 0 and wrong.stdout == "" and "401" in wrong.stderr, wrong.stderr
