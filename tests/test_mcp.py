@@ -332,3 +332,28 @@ def test_the_stdio_bridge_serves_a_stdio_client_with_the_key_from_the_environmen
                            cwd=ROOT, env={**keyless, "TERMINALS_API_KEY": "tk_00000000.wrong"}, input="",
                            capture_output=True, text=True, timeout=60)
     assert wrong.returncode != 0 and wrong.stdout == "" and "401" in wrong.stderr, wrong.stderr
+
+
+def test_a_pager_does_not_take_an_agents_terminal(server, keys, tmp_path):
+    """git log with more commits than rows would open a pager that waits for keys and eats the next command;
+    terminals made through MCP page with cat unless the agent sets a pager itself."""
+    repository = tmp_path / "repository"
+    tmp_path.chmod(0o755)
+
+    async def scenario():
+        async with connect(server.url, keys["alice"]) as client:
+            terminal = data(await client.call_tool("create_terminal", {"cwd": str(tmp_path)}))["terminal_id"]
+            made = data(await client.call_tool("run_command", {"terminal_id": terminal, "command":
+                f"git init -q {repository} && cd {repository} && for i in $(seq 60); do git -c user.email=a@b "
+                "-c user.name=a commit -q --allow-empty -m commit-$i; done"}))
+            logged = data(await client.call_tool("run_command", {"terminal_id": terminal, "timeout_ms": 10000,
+                                                                 "command": "git log --format=%s"}))
+            after = data(await client.call_tool("run_command", {"terminal_id": terminal, "command": "echo next"}))
+            return terminal, made, logged, after
+
+    terminal, made, logged, after = run(scenario())
+    assert made["exit_code"] == 0
+    assert (logged["status"], logged["exit_code"], logged["waiting_for_input"]) == ("completed", 0, False)
+    assert logged["output"].splitlines()[:2] == ["commit-60", "commit-59"] and "commit-1\n" in logged["output"]
+    assert after["output"] == "next\n"
+    cleanup(server, keys["alice"], [terminal])

@@ -41,6 +41,15 @@ NEXT_STEP = {
 }
 
 
+# Agents read output, they do not page through it: a pager (git log, man, systemctl) would hold the terminal and take
+# the next command as its input. Terminals made through MCP get these unless the caller sets them.
+AGENT_ENV = {"PAGER": "cat", "GIT_PAGER": "cat", "MANPAGER": "cat", "SYSTEMD_PAGER": "cat"}
+
+
+def agent_env(env: dict[str, str] | None) -> dict[str, str]:
+    return {**AGENT_ENV, **(env or {})}
+
+
 def actor_of(ctx: Context) -> Actor:
     request = ctx.request_context.request
     actor = getattr(request, "scope", {}).get(SCOPE_KEY) if request is not None else None

@@ -25,7 +25,7 @@ from typing_extensions import TypedDict
 
 from .. import sessions
 from ..exceptions import InvalidInput, TerminalInactive
-from .calls import call, result
+from .calls import agent_env, call, result
 
 PROFILE = "komodo"
 FOLLOW_MS = 30_000  # how long GetOutput with follow waits for the execution to finish
@@ -117,7 +117,7 @@ def server() -> MCPServer:
         options = options or {}
         created, error = await guarded(ctx, "komodo_terminal_Connect", lambda actor: sessions.session_create(
             actor=actor, shell=options.get("shell") or None, cwd=options.get("cwd") or None,
-            env=options.get("env") or {}, host=server_id, name=f"komodo {server_id}"), creates=True)
+            env=agent_env(options.get("env")), host=server_id, name=f"komodo {server_id}"), creates=True)
         if error:
             return error
         return result({"success": True, "sessionId": created["terminalId"], "status": "connected",
@@ -149,7 +149,7 @@ def server() -> MCPServer:
                 seconds = _seconds(options.get("timeout"), "options.timeout", 300)
                 created = sessions.session_create(
                     actor=actor, command="timeout", args=["-k", "5", f"{seconds:g}", "sh", "-c", command], pty=False,
-                    cwd=options.get("cwd") or None, env=options.get("env") or {}, host=server_id,
+                    cwd=options.get("cwd") or None, env=agent_env(options.get("env")), host=server_id,
                     name=f"komodo {server_id}")
                 try:  # its input, then the end of it, so a command that reads stdin does not wait for ever
                     sessions.session_write(actor=actor, terminal_id=created["terminalId"],

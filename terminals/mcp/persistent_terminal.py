@@ -15,7 +15,7 @@ from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from .. import sessions
-from .calls import call, result
+from .calls import agent_env, call, result
 
 PROFILE = "persistent-terminal"
 POLL_SECONDS = 0.1
@@ -42,7 +42,7 @@ def server() -> MCPServer:
         rows: Annotated[int, Field(ge=1, description="Rows (default 24)")] = 24,
     ) -> CallToolResult:
         created = await call(ctx, PROFILE, "create_terminal", lambda actor: sessions.session_create(
-            actor=actor, shell=shell or None, cwd=cwd or None, env=env, cols=cols, rows=rows), creates=True)
+            actor=actor, shell=shell or None, cwd=cwd or None, env=agent_env(env), cols=cols, rows=rows), creates=True)
         return result(created)
 
     @mcp.tool(description="Send input to a terminal; a newline is added unless the input ends with one or "

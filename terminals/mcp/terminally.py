@@ -19,7 +19,7 @@ from pydantic import Field
 from typing_extensions import NotRequired, TypedDict
 
 from .. import sessions
-from .calls import call, result
+from .calls import agent_env, call, result
 
 PROFILE = "terminally"
 
@@ -89,7 +89,7 @@ def server() -> MCPServer:
         login: Annotated[bool, Field(description="Use login shell (e.g., zsh -l)")] = False,
     ) -> Annotated[CallToolResult, CreateTabResult]:
         created = await call(ctx, PROFILE, "create_tab", lambda actor: sessions.session_create(
-            actor=actor, cwd=cwd or None, env=env, name=name, login=login), creates=True)
+            actor=actor, cwd=cwd or None, env=agent_env(env), name=name, login=login), creates=True)
         data = {"window_id": created["terminalId"], "name": name}
         return result(data)
 

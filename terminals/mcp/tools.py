@@ -19,7 +19,7 @@ from pydantic import Field
 from typing_extensions import NotRequired, TypedDict
 
 from .. import sessions
-from .calls import call, result
+from .calls import agent_env, call, result
 
 PROFILE = "terminals"
 DEFAULT_MAX_CHARS = 20_000  # the default budget of one result's output, about 5,000 tokens
@@ -153,7 +153,7 @@ def server() -> MCPServer:
         rows: Annotated[int, Field(ge=1, description="Rows")] = 40,
     ) -> Annotated[CallToolResult, Done]:
         created = await call(ctx, PROFILE, "create_terminal", lambda actor: sessions.session_create(
-            actor=actor, shell=shell or None, command=command or None, args=args, cwd=cwd or None, env=env,
+            actor=actor, shell=shell or None, command=command or None, args=args, cwd=cwd or None, env=agent_env(env),
             cols=cols, rows=rows, name=name), creates=True)
         return result({"ok": True, "terminal_id": created["terminalId"]})
 
