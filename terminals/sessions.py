@@ -347,6 +347,59 @@ def session_follow(*, actor: Actor, terminal_id, from_byte: int | None):
     return follow(str(record.id), channel, from_byte)
 
 
+WAIT_POLL_SECONDS = 0.1
+PATTERN_SECONDS = 0.2  # the longest one search may take: a pattern that backtracks for ever is cut off
+MAX_PATTERN = 1000
+
+
+def session_wait_output(*, actor: Actor, terminal_id, pattern: str = "", timeout_ms: int, from_byte: int | None = None,
+                        until_input: bool = True) -> dict:
+    """Waits until the output from from_byte (default: where it stood at the last input, so nothing printed since is
+    missed) matches pattern (a regular expression, escape sequences stripped), or the foreground program waits for
+    input (until_input), or the process ends, or timeout_ms passes. Answers the outcome and what was printed."""
+    import regex
+
+    record = session_get_for(user=actor.user, terminal_id=terminal_id)
+    if len(pattern) > MAX_PATTERN:
+        raise invalid("pattern", f"longer than {MAX_PATTERN} characters")
+    try:
+        compiled = regex.compile(pattern) if pattern else None
+    except regex.error as problem:
+        raise invalid("pattern", f"not a regular expression: {problem}") from None
+    start = from_byte if from_byte is not None else _ask_worker(record, protocol.STATS).get("lastInputByte", 0)
+    audit(actor, "wait_output", terminal_id=record.id, pattern=pattern, fromByte=start, timeoutMs=timeout_ms)
+    deadline = time.monotonic() + _wait_seconds(timeout_ms)
+    limit = settings.TERMINALS["MAX_READ_BYTES"]
+    text, position, first, truncated = "", start, None, False
+    while True:
+        # Only what is new each round; what was read stays, up to the last MAX_READ_BYTES characters.
+        read = _ask_worker(record, protocol.BYTES, from_byte=position, max_bytes=limit, strip_ansi=True, stream=None)
+        first = read["fromByte"] if first is None else first
+        truncated = truncated or read["truncated"] or len(text) + len(read["chunk"]) > limit
+        text = (text + read["chunk"])[-limit:]
+        position = read["nextByte"]
+        outcome = matched = None
+        if compiled is not None:
+            try:
+                found = compiled.search(text, timeout=PATTERN_SECONDS)
+            except TimeoutError:
+                raise invalid("pattern", f"took longer than {PATTERN_SECONDS} s to search the output; simplify it") from None
+            if found:
+                outcome, matched = "matched", found.group(0)
+        if outcome is None and read["exitStatus"] is not None and read["eof"]:
+            outcome = "exited"
+        if outcome is None and until_input and record.pty:
+            info = _ask_worker(record, protocol.INFO)
+            if info["busy"] and info["waitingForInput"]:
+                outcome = "waiting_for_input"
+        if outcome is None and time.monotonic() >= deadline:
+            outcome = "timeout"
+        if outcome is not None:
+            return {"terminalId": str(record.id), "outcome": outcome, "match": matched, "output": text,
+                    "fromByte": first, "nextByte": position, "truncated": truncated, "exitStatus": read["exitStatus"]}
+        time.sleep(WAIT_POLL_SECONDS)
+
+
 def session_screen(*, actor: Actor, terminal_id) -> dict:
     record = session_get_for(user=actor.user, terminal_id=terminal_id)
     return _ask_worker(record, protocol.SCREEN)

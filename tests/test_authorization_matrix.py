@@ -48,6 +48,7 @@ REQUESTS: dict[tuple[str, str], dict] = {
     ("api/terminals/{pk}/signal", "POST"): {"json": {"signal": "SIGINT"}},
     ("api/terminals/{pk}/resize", "POST"): {"json": {"cols": 101, "rows": 31}},
     ("api/terminals/{pk}/wait", "POST"): {"json": {"timeoutMs": 100}},
+    ("api/terminals/{pk}/output/wait", "POST"): {"json": {"pattern": "{marker}", "timeoutMs": 100}},
     ("api/terminals/{pk}/kill", "POST"): {"json": {"signal": "SIGKILL"}, "owner_ends": True},
     ("api/terminals/{pk}/screen", "GET"): {},
 }

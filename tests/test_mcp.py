@@ -357,3 +357,22 @@ def test_a_pager_does_not_take_an_agents_terminal(server, keys, tmp_path):
     assert logged["output"].splitlines()[:2] == ["commit-60", "commit-59"] and "commit-1\n" in logged["output"]
     assert after["output"] == "next\n"
     cleanup(server, keys["alice"], [terminal])
+
+
+def test_wait_for_output_finds_what_the_last_input_caused(server, keys):
+    async def scenario():
+        async with connect(server.url, keys["alice"]) as client:
+            terminal = data(await client.call_tool("create_terminal", {}))["terminal_id"]
+            await client.call_tool("send_input", {"terminal_id": terminal,
+                                                  "text": "sleep 1; echo listening on port $((8000+80))"})
+            found = data(await client.call_tool("wait_for_output", {"terminal_id": terminal,
+                                                                    "pattern": r"listening on port \d+"}))
+            asked = None
+            await client.call_tool("send_input", {"terminal_id": terminal, "text": "read -p 'go? ' x"})
+            asked = data(await client.call_tool("wait_for_output", {"terminal_id": terminal}))
+            return terminal, found, asked
+
+    terminal, found, asked = run(scenario())
+    assert (found["outcome"], found["match"]) == ("matched", "listening on port 8080")
+    assert asked["outcome"] == "waiting_for_input" and asked["output"].endswith("go? ")
+    cleanup(server, keys["alice"], [terminal])

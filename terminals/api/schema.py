@@ -69,6 +69,10 @@ OPERATIONS = {
     ("signal", "POST"): ("Signal the foreground", "Sends a signal to the terminal's foreground process group."),
     ("resize", "POST"): ("Resize", "Sets the PTY's size (`cols`, `rows`); the program gets SIGWINCH."),
     ("wait", "POST"): ("Wait for the terminal to end", "Waits up to `timeoutMs` for the terminal's program to exit."),
+    ("output_wait", "POST"): ("Wait for output",
+                              "Waits up to `timeoutMs` until the output from `fromByte` (default: where it stood at "
+                              "the last input) matches `pattern`, or the foreground program waits for input, or the "
+                              "process ends; answers which, and what was printed."),
     ("kill", "POST"): ("Kill, keep the output", "Ends the terminal's processes; its record and output stay."),
     ("screen", "GET"): ("The rendered screen", "What a terminal emulator would show now: lines, cursor, title."),
     ("AuditViewSet.list", "GET"): ("The audit trail",

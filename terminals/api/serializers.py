@@ -358,6 +358,32 @@ class StatsSerializer(serializers.Serializer):
     oldestByte = serializers.IntegerField()
     isActive = serializers.BooleanField()
     exitStatus = ExitStatusSerializer(allow_null=True)
+    lastInputByte = serializers.IntegerField(help_text="Where the output stood when input last arrived")
+
+
+class OutputWaitSerializer(serializers.Serializer):
+    pattern = serializers.CharField(required=False, default="", allow_blank=True, trim_whitespace=False,
+                                    max_length=1000, help_text="A regular expression to wait for in the output "
+                                                               "(escape sequences stripped)")
+    timeoutMs = WholeNumber(required=False, default=10_000, min_value=0, max_value=_limit("MAX_WAIT_MS"))
+    fromByte = WholeNumber(required=False, min_value=0, help_text="Search from this byte (default: where the output "
+                                                                  "stood at the last input)")
+    untilInput = serializers.BooleanField(required=False, default=True,
+                                          help_text="Also stop when the foreground program waits for input")
+
+    def validate_timeoutMs(self, value: int) -> int:
+        return _at_most(value, _limit("MAX_WAIT_MS"))
+
+
+class OutputWaitResultSerializer(serializers.Serializer):
+    terminalId = serializers.UUIDField()
+    outcome = serializers.ChoiceField(choices=["matched", "waiting_for_input", "exited", "timeout"])
+    match = serializers.CharField(allow_null=True)
+    output = serializers.CharField(help_text="What was printed from fromByte on, escape sequences stripped")
+    fromByte = serializers.IntegerField()
+    nextByte = serializers.IntegerField()
+    truncated = serializers.BooleanField()
+    exitStatus = ExitStatusSerializer(allow_null=True)
 
 
 class InputResultSerializer(serializers.Serializer):

@@ -180,6 +180,14 @@ class TerminalViewSet(viewsets.ViewSet):
         data = valid(s.WaitQuerySerializer, _query_and_body(request))
         return ok(sessions.session_wait_exit(actor=Actor.from_request(request), terminal_id=pk, timeout_ms=data["timeoutMs"]))
 
+    @extend_schema(request=s.OutputWaitSerializer, responses={200: s.enveloped(s.OutputWaitResultSerializer), **ERRORS})
+    @action(detail=True, methods=["post"], url_path="output/wait")
+    def output_wait(self, request, pk=None):
+        data = valid(s.OutputWaitSerializer, _body(request))
+        return ok(sessions.session_wait_output(
+            actor=Actor.from_request(request), terminal_id=pk, pattern=data["pattern"], timeout_ms=data["timeoutMs"],
+            from_byte=data.get("fromByte"), until_input=data["untilInput"]))
+
     @extend_schema(request=s.SignalSerializer, responses={200: s.enveloped(s.TerminalSerializer), **ERRORS})
     @action(detail=True, methods=["post"])
     def kill(self, request, pk=None):

@@ -76,6 +76,15 @@ class Output(TypedDict):
     exit_code: int | None
 
 
+class Waited(TypedDict):
+    outcome: Annotated[str, Field(description="matched, waiting_for_input, exited or timeout")]
+    match: str | None
+    output: str
+    chars_omitted: int
+    next_byte: Annotated[int, Field(description="Pass as from_byte to wait for what comes after")]
+    exit_code: int | None
+
+
 class Screen(TypedDict):
     screen: str
     cols: int
@@ -240,6 +249,28 @@ def server() -> MCPServer:
         return result({"output": output, "next_line": data["nextReadFrom"], "chars_omitted": cut,
                        "lines_omitted": data["stats"]["linesOmitted"] + data["linesEvicted"],
                        "running": data["isActive"], "exit_code": status.get("exitCode")})
+
+    @mcp.tool(description="Wait until the terminal's output matches pattern (a regular expression; escape sequences "
+                          "are stripped first), or its program stops to wait for input, or it ends; at most "
+                          "timeout_ms. It searches what was printed since your last send_input (so output that came "
+                          "before this call is not missed), or from from_byte.", annotations=READ_ONLY)
+    async def wait_for_output(
+        ctx: Context,
+        terminal_id: TerminalId,
+        pattern: Annotated[str, Field(max_length=1000, description="e.g. \"listening on port \\d+\"")] = "",
+        timeout_ms: Annotated[int, Field(ge=0, description="Longest wait (default 30000)")] = 30_000,
+        from_byte: Annotated[int, Field(ge=-1, description="Search from this byte (-1: since the last input)")] = -1,
+        until_input: Annotated[bool, Field(description="Also stop when the program waits for input")] = True,
+        max_chars: MaxChars = DEFAULT_MAX_CHARS,
+    ) -> Annotated[CallToolResult, Waited]:
+        waited = await call(ctx, PROFILE, "wait_for_output", lambda actor: sessions.session_wait_output(
+            actor=actor, terminal_id=terminal_id, pattern=pattern, timeout_ms=timeout_ms,
+            from_byte=from_byte if from_byte >= 0 else None, until_input=until_input),
+            terminal_id=terminal_id, long=True)
+        output, cut = bounded(waited["output"], max_chars)
+        status = waited["exitStatus"] or {}
+        return result({"outcome": waited["outcome"], "match": waited["match"], "output": output, "chars_omitted": cut,
+                       "next_byte": waited["nextByte"], "exit_code": status.get("exitCode")})
 
     @mcp.tool(description="The terminal's screen as it looks now (for full-screen programs such as top, vim, less).",
               annotations=READ_ONLY)

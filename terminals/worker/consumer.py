@@ -512,6 +512,7 @@ class TerminalWorker:
         if message.get("close") and not hasattr(session, "close_input"):
             raise InvalidRequest("eof: only a terminal without a PTY has an input to close; send Ctrl-D (\\x04) instead")
         if data:
+            session.last_input_byte = session.buffer.end  # what came after this is the answer to it
             session.write(data)
         if message.get("close"):
             session.close_input()

@@ -48,6 +48,8 @@ def stats_data(terminal_id: str, session: PtySession) -> dict:
         "oldestByte": stats.oldest_byte,
         "isActive": session.is_alive,
         "exitStatus": exit_status_data(session.exit_status),
+        # Where the output stood when input last arrived: a wait for what the input caused starts there.
+        "lastInputByte": getattr(session, "last_input_byte", 0),
     }
 
 
