@@ -216,7 +216,12 @@ class CommandTracker:
             self.typed = None
         current = self.current
         if current is not None and current.start_byte is None and self._stale_prompts:
-            self._stale_prompts -= 1  # the prompt before the command, reported late
+            # The prompt before the command, reported late. The shell reads the command's line next, so it is not
+            # at a prompt: were at_prompt set here, the next command begun right after this one ends would count
+            # this one's own prompt, still to come, as its end (with exit code 0).
+            self._stale_prompts -= 1
+            self.prompted.set()
+            return
         elif current is not None:
             # The prompt is back without the end marker: Ctrl-C or a signal abandoned the rest of the
             # line, or (before it began) the shell refused its text, a syntax error.
