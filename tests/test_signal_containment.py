@@ -81,7 +81,7 @@ def test_websocket_signals_right_after_attaching_reach_only_the_new_terminal(orm
                 terminal = (await asyncio.to_thread(alice.create, **body))["terminalId"]
                 live = await Live.open(server.url, terminal, keys["alice"])
                 await live.send(type="signal", signal="SIGTERM")
-                await asyncio.to_thread(wait_for, lambda: signalled(terminal), 15, f"the signal to {terminal}")
+                await asyncio.to_thread(wait_for, lambda: signalled(terminal), 60, f"the signal to {terminal}")
                 assert not [frame for frame in live.frames if frame["type"] == "error"], live.frames
                 await live.close()
                 await asyncio.to_thread(end, alice, terminal)

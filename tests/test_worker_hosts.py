@@ -51,7 +51,7 @@ def hosts(orm):
     # A busy machine may take a few seconds to pass a creation from a full worker on; a request to a dead host waits
     # this long too before the heartbeat gives it away, so it stays well under the clients' 30 s.
     env = service_env(REDIS_URL=redis_url, TERMINALS_HEARTBEAT_INTERVAL_MS=str(HEARTBEAT_MS), TERMINALS_MAX_TOTAL="1",
-                      TERMINALS_WORKER_TIMEOUT_MS="10000")
+                      TERMINALS_WORKER_TIMEOUT_MS="20000")
     subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
     port = free_port()
     server = Server(url=f"http://127.0.0.1:{port}", mode="split", redis=redis, redis_url=redis_url)
@@ -96,7 +96,7 @@ def test_terminals_run_on_their_workers_host_and_a_dead_host_loses_only_its_own(
 
     first.stop()  # host-a goes away: its worker and everything it ran, at once
     # host-b cannot see host-a's processes, so it goes by the heartbeat: lost after three missed beats.
-    api.wait_status(on["host-a"], "lost", timeout=30)
+    api.wait_status(on["host-a"], "lost", timeout=60)  # the first read may wait out the worker timeout
     assert AuditEvent.objects.filter(terminal_id=on["host-a"], action="lost").count() == 1
     assert api.run(on["host-b"], "echo still-$((1+1))") == "still-2"
     assert TerminalSession.objects.get(pk=on["host-b"]).status == "active"

@@ -9,6 +9,7 @@ newest tab active, as tmux makes a new window the active one.
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
 
 from django.conf import settings
@@ -22,6 +23,7 @@ from .. import sessions
 from .calls import agent_env, call, result
 
 PROFILE = "terminally"
+STOP_SECONDS = 5.0  # how long stop_process waits for the stopped program to give the prompt back
 
 
 class CreateTabResult(TypedDict):
@@ -165,9 +167,19 @@ def server() -> MCPServer:
         if signal not in ("SIGINT", "SIGTERM"):
             raise ToolError(f"INVALID_INPUT: signal must be SIGINT or SIGTERM, not {signal[:20]!r}. Next: call again "
                             "with one of them.")
-        await call(ctx, PROFILE, "stop_process", lambda actor: sessions.session_signal(
-            actor=actor, terminal_id=window_id, signal=signal), terminal_id=window_id)
-        return result({"success": True})
+        def stop(actor) -> bool:
+            """Signals the foreground program, then waits (a little) until the shell is back at its prompt, so the
+            tab takes the next command at once; False when the program is still running after STOP_SECONDS."""
+            sessions.session_signal(actor=actor, terminal_id=window_id, signal=signal)
+            deadline = time.monotonic() + STOP_SECONDS
+            while time.monotonic() < deadline:
+                if not sessions.session_detail(user=actor.user, terminal_id=window_id).get("busy"):
+                    return True
+                time.sleep(0.05)
+            return False
+
+        stopped = await call(ctx, PROFILE, "stop_process", stop, terminal_id=window_id)
+        return result({"success": stopped})
 
     @mcp.tool(description="Read logs by byte offsets for durable consumption.",
               annotations=ToolAnnotations(readOnlyHint=True, openWorldHint=False))
