@@ -98,6 +98,8 @@ def test_input_and_command_are_refused_unsent_when_the_audit_cannot_be_written(s
     # The service goes on: the same input and command now work, each with one audit row.
     assert api.post(f"/api/terminals/{terminal}/input", json={"input": f"touch {typed}"}).status_code == 200
     wait_for(lambda: os.path.exists(typed), 15, f"{typed} to be created")
+    # The typed line counts as running until the shell's next prompt, which may come a moment after the file.
+    wait_for(lambda: not api.get(f"/api/terminals/{terminal}").json()["data"].get("busy"), 15, "the prompt")
     assert api.command(terminal, f"touch {commanded}", timeoutMs=15_000)["exitCode"] == 0
     assert os.path.exists(commanded)
     rows = wait_for(lambda: (lambda rows: rows if rows[-1]["action"] == "command_end" else None)(

@@ -376,3 +376,36 @@ def test_wait_for_output_finds_what_the_last_input_caused(server, keys):
     assert (found["outcome"], found["match"]) == ("matched", "listening on port 8080")
     assert asked["outcome"] == "waiting_for_input" and asked["output"].endswith("go? ")
     cleanup(server, keys["alice"], [terminal])
+
+
+def test_the_rest_of_the_rest_api_through_our_profile(server, keys):
+    """Byte-offset reads, statistics, waiting for a program's exit, the command history, and a kill that keeps
+    the output: what the REST API can do, /mcp can do."""
+    async def scenario():
+        async with connect(server.url, keys["alice"]) as client:
+            async def call(tool, **arguments):
+                return data(await client.call_tool(tool, arguments))
+
+            program = (await call("create_terminal", command="sh", args=["-c", "printf 'héllo wörld\\n'; exit 5"]))[
+                "terminal_id"]
+            exited = await call("wait_for_exit", terminal_id=program, timeout_ms=15000)
+            first = await call("read_bytes", terminal_id=program, max_bytes=2)
+            rest = await call("read_bytes", terminal_id=program, from_byte=first["next_byte"])
+            stats = await call("get_stats", terminal_id=program)
+            shell = (await call("create_terminal"))["terminal_id"]
+            await call("run_command", terminal_id=shell, command="echo one")
+            await call("run_command", terminal_id=shell, command="false")
+            history = await call("list_commands", terminal_id=shell)
+            await call("send_input", terminal_id=shell, text="sleep 300")
+            killed = await call("kill_terminal", terminal_id=shell)
+            after = await call("read_output", terminal_id=shell)
+            return program, exited, first, rest, stats, history, killed, after, shell
+
+    program, exited, first, rest, stats, history, killed, after, shell = run(scenario())
+    assert (exited["exited"], exited["exit_code"]) == (True, 5)
+    assert first["chunk"] == "h" and first["next_byte"] == 1  # 2 bytes would cut é in two: never half a character
+    assert first["chunk"] + rest["chunk"] == "héllo wörld\n"  # the PTY's \r\n as text (strip_ansi, the default)
+    assert stats["total_bytes"] == rest["next_byte"] and stats["running"] is False and stats["exit_code"] == 5
+    assert [(item["command"], item["exit_code"]) for item in history["commands"]] == [("echo one", 0), ("false", 1)]
+    assert killed["ok"] and "echo one" in after["output"] and after["running"] is False
+    cleanup(server, keys["alice"], [program, shell])

@@ -85,6 +85,35 @@ class Waited(TypedDict):
     exit_code: int | None
 
 
+class Chunk(TypedDict):
+    chunk: str
+    from_byte: int
+    next_byte: Annotated[int, Field(description="Pass as from_byte to read on")]
+    truncated: Annotated[bool, Field(description="Bytes before from_byte were no longer held")]
+    running: bool
+    exit_code: int | None
+
+
+class Stats(TypedDict):
+    total_lines: int
+    total_bytes: int
+    estimated_tokens: int
+    held_lines: int
+    held_bytes: int
+    running: bool
+    exit_code: int | None
+
+
+class Exited(TypedDict):
+    exited: bool
+    exit_code: int | None
+    signal: str | None
+
+
+class History(TypedDict):
+    commands: list[dict]
+
+
 class Screen(TypedDict):
     screen: str
     cols: int
@@ -271,6 +300,66 @@ def server() -> MCPServer:
         status = waited["exitStatus"] or {}
         return result({"outcome": waited["outcome"], "match": waited["match"], "output": output, "chars_omitted": cut,
                        "next_byte": waited["nextByte"], "exit_code": status.get("exitCode")})
+
+    @mcp.tool(description="Read a terminal's output by byte offset: exactly the bytes from from_byte (the next_byte "
+                          "of the last read), at most max_bytes, never a cut character.", annotations=READ_ONLY)
+    async def read_bytes(
+        ctx: Context, terminal_id: TerminalId,
+        from_byte: Annotated[int, Field(ge=0, description="Where to start (0: the oldest byte held)")] = 0,
+        max_bytes: Annotated[int, Field(ge=1, le=1 << 20, description="Most bytes (default 65536)")] = 65536,
+        strip_ansi: bool = True,
+    ) -> Annotated[CallToolResult, Chunk]:
+        data = await call(ctx, PROFILE, "read_bytes", lambda actor: sessions.session_read(
+            actor=actor, terminal_id=terminal_id, options={"from_byte": from_byte, "max_bytes": max_bytes,
+                                                           "strip_ansi": strip_ansi, "stream": None}),
+            terminal_id=terminal_id)
+        status = data["exitStatus"] or {}
+        return result({"chunk": data["chunk"], "from_byte": data["fromByte"], "next_byte": data["nextByte"],
+                       "truncated": data["truncated"], "running": data["isActive"], "exit_code": status.get("exitCode")})
+
+    @mcp.tool(description="How much a terminal printed and holds: lines, bytes, an estimate of tokens.",
+              annotations=READ_ONLY)
+    async def get_stats(ctx: Context, terminal_id: TerminalId) -> Annotated[CallToolResult, Stats]:
+        data = await call(ctx, PROFILE, "get_stats", lambda actor: sessions.session_stats(
+            actor=actor, terminal_id=terminal_id), terminal_id=terminal_id)
+        status = data["exitStatus"] or {}
+        return result({"total_lines": data["totalLines"], "total_bytes": data["totalBytes"],
+                       "estimated_tokens": data["estimatedTokens"], "held_lines": data["bufferSize"],
+                       "held_bytes": data["bufferBytes"], "running": data["isActive"],
+                       "exit_code": status.get("exitCode")})
+
+    @mcp.tool(description="Wait up to timeout_ms for the terminal's program (a command terminal, or the shell) to "
+                          "exit; its exit code and signal.", annotations=READ_ONLY)
+    async def wait_for_exit(
+        ctx: Context, terminal_id: TerminalId,
+        timeout_ms: Annotated[int, Field(ge=0, description="Longest wait (default 30000)")] = 30_000,
+    ) -> Annotated[CallToolResult, Exited]:
+        timeout = min(timeout_ms, settings.TERMINALS["MAX_WAIT_MS"])
+        data = await call(ctx, PROFILE, "wait_for_exit", lambda actor: sessions.session_wait_exit(
+            actor=actor, terminal_id=terminal_id, timeout_ms=timeout), terminal_id=terminal_id, long=True)
+        return result({"exited": not data["timedOut"], "exit_code": data["exitCode"], "signal": data["signal"]})
+
+    @mcp.tool(description="The commands a shell terminal ran, yours and typed ones, with their exit codes.",
+              annotations=READ_ONLY)
+    async def list_commands(ctx: Context, terminal_id: TerminalId) -> Annotated[CallToolResult, History]:
+        data = await call(ctx, PROFILE, "list_commands", lambda actor: sessions.session_command_list(
+            actor=actor, terminal_id=terminal_id), terminal_id=terminal_id)
+        return result({"commands": [{"command_id": item["commandId"], "command": item["command"],
+                                     "source": item["source"], "status": item["status"],
+                                     "exit_code": item["exitCode"]} for item in data["commands"]]})
+
+    @mcp.tool(description="Kill a terminal's processes (SIGKILL by default) but keep its output readable; "
+                          "close_terminal ends and frees it.", annotations=ENDS)
+    async def kill_terminal(
+        ctx: Context, terminal_id: TerminalId,
+        signal: Annotated[str, Field(description="SIGKILL (default), SIGTERM, SIGINT, SIGHUP, ...")] = "SIGKILL",
+    ) -> Annotated[CallToolResult, Done]:
+        if signal not in sessions.SIGNALS:
+            raise ToolError(f"INVALID_INPUT: {signal[:20]!r} is not one of {', '.join(sessions.SIGNALS)}. Next: "
+                            "call again with one of them.")
+        ended = await call(ctx, PROFILE, "kill_terminal", lambda actor: sessions.session_kill(
+            actor=actor, terminal_id=terminal_id, signal=signal), terminal_id=terminal_id)
+        return result({"ok": True, "terminal_id": terminal_id, "exit_code": ended.get("exitCode")})
 
     @mcp.tool(description="The terminal's screen as it looks now (for full-screen programs such as top, vim, less).",
               annotations=READ_ONLY)
