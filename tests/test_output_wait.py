@@ -44,3 +44,9 @@ def test_a_bad_pattern_is_refused_and_audited(alice, orm):
     waited = wait(alice, terminal, pattern="x", timeoutMs=0)
     assert waited["outcome"] in ("timeout", "matched")
     assert AuditEvent.objects.filter(terminal_id=terminal, action="wait_output").count() == 1
+    # A pattern that backtracks without end over this output is cut off, not left to hold a thread.
+    alice.send(terminal, "printf 'a%.0s' $(seq 40); echo b")
+    alice.wait_output(terminal, lambda out: "a" * 40 + "b" in out)
+    slow = alice.post(f"/api/terminals/{terminal}/output/wait", json={"pattern": "(a|aa)+$", "fromByte": 0,
+                                                                     "timeoutMs": 60000, "untilInput": False})
+    assert slow.status_code == 400 and "took longer than 0.2 s" in slow.json()["error"]["message"], slow.text
