@@ -29,14 +29,36 @@ def missing_key_message(request) -> str:
 
 def presented_key(request) -> str | None:
     """Returns the key the request carries, or None when it carries none."""
-    header = request.META.get("HTTP_X_API_KEY")
-    if header:
-        return header.strip()
-    authorization = request.META.get("HTTP_AUTHORIZATION", "")
+    return key_from_headers(request.META.get("HTTP_X_API_KEY", ""), request.META.get("HTTP_AUTHORIZATION", ""))
+
+
+def key_from_headers(x_api_key: str, authorization: str) -> str | None:
+    """The key in these header values (X-API-Key first, then Authorization: Bearer or Api-Key), or None."""
+    if x_api_key.strip():
+        return x_api_key.strip()
     scheme, _, value = authorization.partition(" ")
     if scheme.lower() in SCHEMES and value.strip():
         return value.strip()
     return None
+
+
+def usable_key(key: str) -> ApiKey:
+    """The key's record, its use noted; AuthenticationFailed saying why when it is unknown, revoked, expired or its
+    user disabled. Every interface that takes keys (REST, MCP) checks them here."""
+    record = ApiKey.objects.for_key(key)
+    if record is None:
+        raise exceptions.AuthenticationFailed("Unknown API key")
+    if record.revoked_at is not None:
+        raise exceptions.AuthenticationFailed("This API key was revoked")
+    if not record.is_usable():
+        raise exceptions.AuthenticationFailed("This API key has expired")
+    if not record.user.is_active:
+        raise exceptions.AuthenticationFailed("This API key's user is disabled")
+    try:
+        record.note_use()
+    except DatabaseError as error:  # a busy database must not refuse a request over a bookkeeping write
+        logger.warning("could not record the use of key %s: %s", record.display_prefix, error)
+    return record
 
 
 class ApiKeyAuthentication(authentication.BaseAuthentication):
@@ -46,19 +68,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         key = presented_key(request)
         if key is None:
             return None
-        record = ApiKey.objects.for_key(key)
-        if record is None:
-            raise exceptions.AuthenticationFailed("Unknown API key")
-        if record.revoked_at is not None:
-            raise exceptions.AuthenticationFailed("This API key was revoked")
-        if not record.is_usable():
-            raise exceptions.AuthenticationFailed("This API key has expired")
-        if not record.user.is_active:
-            raise exceptions.AuthenticationFailed("This API key's user is disabled")
-        try:
-            record.note_use()
-        except DatabaseError as error:  # a busy database must not refuse a request over a bookkeeping write
-            logger.warning("could not record the use of key %s: %s", record.display_prefix, error)
+        record = usable_key(key)
         return record.user, record
 
     def authenticate_header(self, request) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from datetime import datetime, timezone
 
 import pytest
@@ -376,7 +375,6 @@ def test_screen_alternate_screen_enters_and_leaves(alice):
     assert not any(line.startswith("in alt") for line in back["lines"])
 
 
-@pytest.mark.skipif(shutil.which("less") is None, reason="less is not installed")
 def test_screen_shows_less_on_the_alternate_screen_until_q(alice):
     """`less /etc/passwd` draws the file on the alternate screen; "q" quits it and the shell's screen returns."""
     terminal = alice.create(shell="/bin/bash", cols=100, rows=20)["terminalId"]

@@ -43,6 +43,15 @@ def run(scenario):
     return asyncio.run(asyncio.wait_for(scenario, 120))
 
 
+async def eventually(probe, what: str, timeout: float = 20.0):
+    """Awaits probe() until it answers something true, which it returns; fails naming what after timeout seconds."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not (found := await probe()):
+        assert asyncio.get_running_loop().time() < deadline, f"timed out after {timeout:g} s waiting for {what}"
+        await asyncio.sleep(0.1)  # the interval between two probes, within the deadline above
+    return found
+
+
 def data(answer) -> dict:
     """A successful call's structured content, which its text must carry as JSON too (seed 001's convention)."""
     assert not answer.is_error, answer.content[0].text
@@ -121,11 +130,11 @@ def test_seed_001_scenarios_a_to_d_through_terminally(server, keys, tmp_path):
     cleanup(server, keys["alice"], made)
 
 
-async def wait_logs(call, tab: str, needle: str, timeout: float = 15.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while needle not in (await call("read_logs_from_tab", window_id=tab, lines=20, strip_ansi=True))["content"]:
-        assert asyncio.get_running_loop().time() < deadline, f"{needle!r} never showed in tab {tab}"
-        await asyncio.sleep(0.1)
+async def wait_logs(call, tab: str, needle: str) -> None:
+    async def shown():
+        return needle in (await call("read_logs_from_tab", window_id=tab, lines=20, strip_ansi=True))["content"]
+
+    await eventually(shown, f"{needle!r} in tab {tab}")
 
 
 def cleanup(server, key: str, terminals: list[str]) -> None:
@@ -277,10 +286,7 @@ def test_a_client_gone_mid_call_leaves_the_terminal_usable(server, keys):
             async def finished():
                 found = data(await client.call_tool("read_output", {"terminal_id": terminal}))
                 return "finished\n" in found["output"].replace("echo finished", "")
-            deadline = asyncio.get_running_loop().time() + 20
-            while not await finished():
-                assert asyncio.get_running_loop().time() < deadline
-                await asyncio.sleep(0.2)
+            await eventually(finished, "the command the client left to finish")
             again = data(await client.call_tool("run_command", {"terminal_id": terminal, "command": "echo next"}))
         return terminal, again
 

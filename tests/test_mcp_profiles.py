@@ -4,7 +4,6 @@ terminal server's tools at /mcp/persistent-terminal (seed 000's REST semantics).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 import subprocess
@@ -16,7 +15,7 @@ import pytest
 from terminals.models import TerminalSession
 
 from .servers import ROOT, Server, ServiceProcess, free_port, service_env, start_redis, wait_healthy
-from .test_mcp import connect, data, run
+from .test_mcp import connect, data, eventually, run
 from .test_worker_hosts import start_host
 
 KOMODO = {"komodo_terminal_Connect": {"server_id", "options"},
@@ -86,12 +85,11 @@ def test_komodo_usage_examples_as_written(komodo_hosts, keys, example_files, orm
                 return payload(await client.call_tool(f"komodo_terminal_{tool}", arguments))
 
             async def complete(session_id, **options):
-                for _ in range(200):
+                async def finished():
                     output = (await call("GetOutput", session_id=session_id, options=options))["output"]
-                    if output["isComplete"]:
-                        return output
-                    await asyncio.sleep(0.1)
-                raise AssertionError(f"{session_id} never completed")
+                    return output if output["isComplete"] else None
+
+                return await eventually(finished, f"{session_id} to complete")
 
             # Basic Command Execution
             connected = await call("Connect", server_id="prod-server-1", options={"shell": "bash"})
@@ -116,19 +114,17 @@ def test_komodo_usage_examples_as_written(komodo_hosts, keys, example_files, orm
             # Streaming Output
             streaming = await call("Execute", server_id="prod-server-1", command="tail -f /var/log/app.log",
                                    options={"captureOutput": True})
-            seen = (await call("GetOutput", session_id=streaming["sessionId"], options={"tail": True, "lines": 10}))
-            for _ in range(200):
-                if "first line" in seen["output"]["stdout"]:
-                    break
-                await asyncio.sleep(0.1)
-                seen = await call("GetOutput", session_id=streaming["sessionId"], options={"tail": True, "lines": 10})
+            async def tail_showing(text):
+                async def probe():
+                    got = await call("GetOutput", session_id=streaming["sessionId"], options={"tail": True, "lines": 10})
+                    return got if text in got["output"]["stdout"] else None
+
+                return await eventually(probe, f"{text!r} in the tail")
+
+            seen = await tail_showing("first line")
             with log.open("a") as appended:
                 appended.write("second line\n")
-            for _ in range(200):
-                later = await call("GetOutput", session_id=streaming["sessionId"], options={"tail": True, "lines": 10})
-                if "second line" in later["output"]["stdout"]:
-                    break
-                await asyncio.sleep(0.1)
+            later = await tail_showing("second line")
             stopped = await call("Disconnect", session_id=streaming["sessionId"], options={"force": True})
             return session, basic, quick, single, interactive, outputs, seen, later, stopped
 

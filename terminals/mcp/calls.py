@@ -19,6 +19,7 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent
 
+from .. import sessions
 from ..audit import Actor, audit
 from ..exceptions import RateLimited, ServiceError
 from ..throttling import CreateRateThrottle
@@ -97,6 +98,14 @@ async def call(ctx: Context, profile: str, tool: str, use_case: Callable[[Actor]
     if record:
         await _audit(actor, profile, tool, "ok", terminal_id)
     return value
+
+
+def checked_signal(signal: str) -> str:
+    """The signal, when it is one a client may send; a tool error naming them otherwise."""
+    if signal not in sessions.SIGNALS:
+        raise ToolError(f"INVALID_INPUT: {signal[:20]!r} is not one of {', '.join(sessions.SIGNALS)}. Next: call "
+                        "again with one of them.")
+    return signal
 
 
 def _count_creation(actor: Actor) -> None:

@@ -15,7 +15,7 @@ from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from .. import sessions
-from .calls import agent_env, call, result
+from .calls import agent_env, call, checked_signal, result
 
 PROFILE = "persistent-terminal"
 POLL_SECONDS = 0.1
@@ -134,9 +134,7 @@ def server() -> MCPServer:
         ctx: Context, terminalId: TerminalId,
         signal: Annotated[str, Field(description="SIGTERM (default), SIGINT, SIGHUP, SIGKILL, ...")] = "SIGTERM",
     ) -> CallToolResult:
-        if signal not in sessions.SIGNALS:
-            raise ToolError(f"INVALID_INPUT: {signal[:20]!r} is not one of {', '.join(sessions.SIGNALS)}. Next: call "
-                            "again with one of them.")
+        checked_signal(signal)
         ended = await call(ctx, PROFILE, "kill_terminal", lambda actor: sessions.session_terminate(
             actor=actor, terminal_id=terminalId, signal=signal), terminal_id=terminalId)
         return result({"terminalId": terminalId, "message": "Terminal terminated successfully", **ended})

@@ -19,7 +19,7 @@ from pydantic import Field
 from typing_extensions import NotRequired, TypedDict
 
 from .. import sessions
-from .calls import agent_env, call, result
+from .calls import agent_env, call, checked_signal, result
 
 PROFILE = "terminals"
 DEFAULT_MAX_CHARS = 20_000  # the default budget of one result's output, about 5,000 tokens
@@ -354,9 +354,7 @@ def server() -> MCPServer:
         ctx: Context, terminal_id: TerminalId,
         signal: Annotated[str, Field(description="SIGKILL (default), SIGTERM, SIGINT, SIGHUP, ...")] = "SIGKILL",
     ) -> Annotated[CallToolResult, Done]:
-        if signal not in sessions.SIGNALS:
-            raise ToolError(f"INVALID_INPUT: {signal[:20]!r} is not one of {', '.join(sessions.SIGNALS)}. Next: "
-                            "call again with one of them.")
+        checked_signal(signal)
         ended = await call(ctx, PROFILE, "kill_terminal", lambda actor: sessions.session_kill(
             actor=actor, terminal_id=terminal_id, signal=signal), terminal_id=terminal_id)
         return result({"ok": True, "terminal_id": terminal_id, "exit_code": ended.get("exitCode")})
@@ -375,9 +373,7 @@ def server() -> MCPServer:
         signal: Annotated[str, Field(description="SIGINT, SIGTERM, SIGKILL, SIGHUP, SIGQUIT, SIGTSTP, SIGCONT, "
                                                  "SIGUSR1 or SIGUSR2")] = "SIGINT",
     ) -> Annotated[CallToolResult, Done]:
-        if signal not in sessions.SIGNALS:
-            raise ToolError(f"INVALID_INPUT: {signal[:20]!r} is not one of {', '.join(sessions.SIGNALS)}. Next: "
-                            "call again with one of them.")
+        checked_signal(signal)
         await call(ctx, PROFILE, "send_signal", lambda actor: sessions.session_signal(
             actor=actor, terminal_id=terminal_id, signal=signal), terminal_id=terminal_id)
         return result({"ok": True, "terminal_id": terminal_id})
