@@ -201,6 +201,28 @@ def test_our_profile_runs_commands_for_their_exit_code_and_hands_back_the_runnin
     assert closed["ok"]
 
 
+def test_run_command_without_a_terminal_opens_one_in_cwd_and_names_it(server, keys, tmp_path):
+    """One call runs a command in a new shell terminal; its id comes back (text and structured) for the next one."""
+    tmp_path.chmod(0o755)  # the terminal may run as an unprivileged account
+
+    async def scenario():
+        async with connect(server.url, keys["alice"]) as client:
+            first = await client.call_tool("run_command", {"command": "pwd; X=kept", "cwd": str(tmp_path)})
+            terminal = data(first)["terminal_id"]
+            second = data(await client.call_tool("run_command", {"terminal_id": terminal, "command": "echo $X"}))
+            both = await client.call_tool("run_command", {"terminal_id": terminal, "cwd": "/", "command": "true"})
+            listed = data(await client.call_tool("list_terminals", {}))
+            await client.call_tool("close_terminal", {"terminal_id": terminal})
+            return first, terminal, second, both, listed
+
+    first, terminal, second, both, listed = run(scenario())
+    assert data(first)["output"] == f"{tmp_path}\n" and data(first)["exit_code"] == 0
+    assert text(first).endswith(f"[exit code 0 in terminal {terminal}]")
+    assert second["output"] == "kept\n" and second["terminal_id"] == terminal
+    assert both.is_error and "cwd is for a new terminal" in text(both)
+    assert terminal in [item["terminal_id"] for item in listed["terminals"]]
+
+
 def test_a_user_cannot_see_or_touch_another_users_terminals_through_any_profile(server, keys):
     async def scenario():
         async with connect(server.url, keys["alice"]) as alice:

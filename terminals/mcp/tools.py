@@ -57,6 +57,7 @@ class Listed(TypedDict):
 
 
 class CommandResult(TypedDict):
+    terminal_id: Annotated[str, Field(description="The terminal it ran in (new when none was given)")]
     command_id: str
     status: Annotated[str, Field(description="completed, or running (call wait_for_command with command_id)")]
     exit_code: int | None
@@ -141,20 +142,22 @@ def _terminal(data: dict) -> dict:
             "command": data["command"], "cwd": data["cwd"], "exit_code": data["exitCode"], "created": data["created"]}
 
 
-def _command(ran: dict, max_chars: int) -> dict:
+def _command(ran: dict, max_chars: int, terminal_id: str) -> dict:
     output, cut = bounded(ran["output"], max_chars)
-    return {"command_id": ran["commandId"], "status": ran["status"], "exit_code": ran["exitCode"],
+    return {"terminal_id": terminal_id, "command_id": ran["commandId"], "status": ran["status"], "exit_code": ran["exitCode"],
             "timed_out": ran["timedOut"], "waiting_for_input": ran["waitingForInput"], "output": output,
             "chars_omitted": cut, "lines_omitted": ran["linesOmitted"]}
 
 
-def _command_text(data: dict) -> str:
+def _command_text(data: dict, new_terminal: bool = False) -> str:
+    """The output, then one short line with what the agent needs next (kept short: it is read on every call)."""
+    where = f" in terminal {data['terminal_id']}" if new_terminal else ""
     if data["status"] == "completed":
-        tail = f"[exit code {data['exit_code']}]"
+        tail = f"[exit code {data['exit_code']}{where}]"
     elif data["waiting_for_input"]:
-        tail = f"[still running, waiting for input; command_id {data['command_id']}: send_input, then wait_for_command]"
+        tail = f"[waiting for input{where}: send_input, then wait_for_command {data['command_id']}]"
     else:
-        tail = f"[still running after the timeout; command_id {data['command_id']}: call wait_for_command]"
+        tail = f"[running{where}: wait_for_command {data['command_id']}]"
     return f"{data['output'].rstrip(chr(10))}\n{tail}" if data["output"] else tail
 
 
@@ -193,7 +196,7 @@ def server() -> MCPServer:
         created = await call(ctx, PROFILE, "create_terminal", lambda actor: sessions.session_create(
             actor=actor, shell=shell or None, command=command or None, args=args, cwd=cwd or None, env=agent_env(env),
             cols=cols, rows=rows, name=name), creates=True)
-        return result({"ok": True, "terminal_id": created["terminalId"]})
+        return result({"ok": True, "terminal_id": created["terminalId"]}, f"terminal {created['terminalId']}")
 
     @mcp.tool(description="List your terminals (running ones, or all with include_ended).", annotations=READ_ONLY)
     async def list_terminals(
@@ -205,22 +208,34 @@ def server() -> MCPServer:
 
     @mcp.tool(description="Run a command in a shell terminal and wait for it: its own output (bounded) and its exact "
                           "exit code. If it is still running after timeout_ms (or stops to wait for input), the "
-                          "result says so with a command_id for wait_for_command; it is not killed.",
+                          "result says so with a command_id for wait_for_command; it is not killed. Without "
+                          "terminal_id it runs in a new shell terminal (in cwd), whose id the result gives: pass it "
+                          "to run the next command in the same shell, or leave it out to run a server or other "
+                          "long-running program in a terminal of its own.",
               annotations=RUNS)
     async def run_command(
         ctx: Context,
-        terminal_id: TerminalId,
         command: str,
+        terminal_id: Annotated[str, Field(description="The terminal to run in; empty: a new shell terminal")] = "",
+        cwd: Annotated[str, Field(description="Working directory of a new terminal (default: your home)")] = "",
         timeout_ms: Annotated[int, Field(ge=1, description="How long to wait before returning (default 30000)")] = 30_000,
         max_chars: MaxChars = DEFAULT_MAX_CHARS,
         strip_ansi: Annotated[bool, Field(description="Remove escape sequences (default true)")] = True,
     ) -> Annotated[CallToolResult, CommandResult]:
         timeout = min(timeout_ms, settings.TERMINALS["MAX_WAIT_MS"])
+        new_terminal = not terminal_id
+        if new_terminal:
+            created = await call(ctx, PROFILE, "create_terminal", lambda actor: sessions.session_create(
+                actor=actor, cwd=cwd or None, env=agent_env({}), name=command[:100]), creates=True)
+            terminal_id = created["terminalId"]
+        elif cwd:
+            raise ToolError("INVALID_INPUT: cwd is for a new terminal. Next: leave out terminal_id, or run "
+                            "`cd <dir>` in the terminal.")
         ran = await call(ctx, PROFILE, "run_command", lambda actor: sessions.session_command_run(
             actor=actor, terminal_id=terminal_id, command=command, timeout_ms=timeout, wait=True,
             read=_read_all(strip_ansi)), terminal_id=terminal_id, long=True)
-        data = _command(ran, max_chars)
-        return result(data, _command_text(data))
+        data = _command(ran, max_chars, terminal_id)
+        return result(data, _command_text(data, new_terminal))
 
     @mcp.tool(description="Wait for a command started by run_command to finish, up to timeout_ms; returns what "
                           "run_command returns.", annotations=READ_ONLY)
@@ -236,7 +251,7 @@ def server() -> MCPServer:
         ran = await call(ctx, PROFILE, "wait_for_command", lambda actor: sessions.session_command_wait(
             actor=actor, terminal_id=terminal_id, command_id=command_id, timeout_ms=timeout,
             read=_read_all(strip_ansi)), terminal_id=terminal_id, long=True)
-        data = _command(ran, max_chars)
+        data = _command(ran, max_chars, terminal_id)
         return result(data, _command_text(data))
 
     @mcp.tool(description="Type into a terminal: text (Enter added unless enter is false), or named keys in keys, "
@@ -258,7 +273,7 @@ def server() -> MCPServer:
             raise ToolError("INVALID_INPUT: nothing to send. Next: give text or keys.")
         await call(ctx, PROFILE, "send_input", lambda actor: sessions.session_write(
             actor=actor, terminal_id=terminal_id, text=data, append_newline=False), terminal_id=terminal_id)
-        return result({"ok": True, "terminal_id": terminal_id})
+        return result({"ok": True, "terminal_id": terminal_id}, "sent")
 
     @mcp.tool(description="Read a terminal's output: by default the newest lines within max_chars; with since_line "
                           "(from a previous next_line) only what came after.", annotations=READ_ONLY)
@@ -357,7 +372,8 @@ def server() -> MCPServer:
         checked_signal(signal)
         ended = await call(ctx, PROFILE, "kill_terminal", lambda actor: sessions.session_kill(
             actor=actor, terminal_id=terminal_id, signal=signal), terminal_id=terminal_id)
-        return result({"ok": True, "terminal_id": terminal_id, "exit_code": ended.get("exitCode")})
+        return result({"ok": True, "terminal_id": terminal_id, "exit_code": ended.get("exitCode")},
+                      f"killed (exit code {ended.get('exitCode')}); its output stays readable")
 
     @mcp.tool(description="The terminal's screen as it looks now (for full-screen programs such as top, vim, less).",
               annotations=READ_ONLY)
@@ -376,7 +392,7 @@ def server() -> MCPServer:
         checked_signal(signal)
         await call(ctx, PROFILE, "send_signal", lambda actor: sessions.session_signal(
             actor=actor, terminal_id=terminal_id, signal=signal), terminal_id=terminal_id)
-        return result({"ok": True, "terminal_id": terminal_id})
+        return result({"ok": True, "terminal_id": terminal_id}, f"{signal} sent")
 
     @mcp.tool(description="Change the terminal's size.", annotations=CHANGES)
     async def resize_terminal(
@@ -384,13 +400,14 @@ def server() -> MCPServer:
     ) -> Annotated[CallToolResult, Done]:
         await call(ctx, PROFILE, "resize_terminal", lambda actor: sessions.session_resize(
             actor=actor, terminal_id=terminal_id, cols=cols, rows=rows), terminal_id=terminal_id)
-        return result({"ok": True, "terminal_id": terminal_id})
+        return result({"ok": True, "terminal_id": terminal_id}, f"resized to {cols}x{rows}")
 
     @mcp.tool(description="End a terminal and everything it started (SIGTERM, then SIGKILL after a grace period).",
               annotations=ENDS)
     async def close_terminal(ctx: Context, terminal_id: TerminalId) -> Annotated[CallToolResult, Done]:
         ended = await call(ctx, PROFILE, "close_terminal", lambda actor: sessions.session_terminate(
             actor=actor, terminal_id=terminal_id), terminal_id=terminal_id)
-        return result({"ok": True, "terminal_id": terminal_id, "exit_code": ended.get("exitCode")})
+        return result({"ok": True, "terminal_id": terminal_id, "exit_code": ended.get("exitCode")},
+                      f"closed (exit code {ended.get('exitCode')})")
 
     return mcp
