@@ -73,7 +73,7 @@ APPEND_SLASH = False
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [],
+        "DIRS": [BASE_DIR / "terminals" / "dashboard" / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -146,6 +146,9 @@ TIME_ZONE = "UTC"
 USE_I18N = False
 USE_TZ = True
 STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "terminals" / "dashboard" / "static"]  # the dashboard's own, with xterm.js
+LOGIN_URL = "dashboard:login"
+LOGIN_REDIRECT_URL = "dashboard:terminals"
 STATIC_ROOT = DATA_DIR / "static"
 
 REST_FRAMEWORK = {

@@ -2,14 +2,12 @@
 
 from django.contrib import admin
 from django.urls import include, path
-from django.views.generic import RedirectView
 
 urlpatterns = [
-    # Until there is a page of our own, the start is the API's documentation (the admin's "View site" leads here).
-    path("", RedirectView.as_view(url="/api/docs/", permanent=False), name="home"),
     path("api/", include("terminals.acp.urls")),
     path("api/", include("terminals.api.urls")),
     path("admin/", admin.site.urls),
+    path("", include("terminals.dashboard.urls")),  # the dashboard (the admin's "View site" leads here)
 ]
 
 # Errors outside any view (unknown paths, a bad Host) answer in the API's error envelope.

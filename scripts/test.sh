@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Sets up and runs the whole test suite with coverage of terminals/ (at least 85%).
 # Installs what the tests run for real: redis-server (split mode), PostgreSQL, the shells bash, dash
-# and zsh, tmux, less and git, which some tests drive, faketime (a worker whose clock is skewed), and
-# systemd, whose systemd-analyze checks the units in scripts/systemd/
+# and zsh, tmux, less and git, which some tests drive, faketime (a worker whose clock is skewed),
+# systemd, whose systemd-analyze checks the units in scripts/systemd/, and chromium with chromedriver,
+# which the dashboard's tests drive
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,6 +18,8 @@ command -v dash >/dev/null || missing+=(dash)
 command -v setsid >/dev/null || missing+=(util-linux)
 command -v faketime >/dev/null || missing+=(faketime)
 command -v systemd-analyze >/dev/null || missing+=(systemd)
+command -v chromium >/dev/null || missing+=(chromium)  # the dashboard's browser tests
+command -v chromedriver >/dev/null || missing+=(chromium-driver)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"

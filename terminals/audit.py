@@ -118,3 +118,22 @@ def _uuid_or_none(value):
         return uuid.UUID(str(value)) if value else None
     except ValueError:
         return None
+
+
+def verify_chain() -> tuple[int, str | None]:
+    """Walks the hash chain from the first event: (events checked, None) when intact, else the first broken link
+    described (an event changed, removed or inserted). manage.py verify_audit and the dashboard show it."""
+    previous, count = "", 0
+    for event in AuditEvent.objects.order_by("id").iterator(chunk_size=2000):
+        if event.previous_hash != previous:
+            return count, (f"broken link at audit event {event.id}: it follows {event.previous_hash[:16] or '(nothing)'}"
+                           f"..., but the event before it hashes to {previous[:16] or '(nothing)'}... (an event was "
+                           "removed or inserted)")
+        if event.compute_hash() != event.hash:
+            return count, f"broken link at audit event {event.id}: its content does not match its hash (it was changed)"
+        previous, count = event.hash, count + 1
+    return count, None
+
+
+def last_hash() -> str:
+    return AuditEvent.objects.order_by("-id").values_list("hash", flat=True).first() or ""

@@ -75,16 +75,24 @@ def session_list(*, user, status: str = "active", session_filter: dict | None = 
     return [session_data(record) for record in records.filter(**(session_filter or {}))]
 
 
-def session_detail(*, user, terminal_id) -> dict:
-    """The record, and for a live terminal what it is doing now (busy, foreground process, running command)."""
+def session_detail(*, user, terminal_id, reply_within: float | None = None) -> dict:
+    """The record, and for a live terminal what it is doing now (busy, foreground process, running command),
+    asked of its worker within reply_within seconds (default: the worker timeout)."""
     record = session_get_for(user=user, terminal_id=terminal_id, with_owner=True)
     data = session_data(record)
     if record.is_active:
         try:
-            data.update(_ask_worker(record, protocol.INFO))
+            data.update(_ask_worker(record, protocol.INFO, reply_within))
         except ServiceError:
             pass  # the record alone still answers; the live part is best effort
     return data
+
+
+def session_live(*, user, terminal_id, reply_within: float | None = None) -> dict:
+    """What a live terminal is doing now (busy, foreground process, viewers), without its record; reply_within
+    bounds the wait for its worker (a page listing many terminals must not wait on each)."""
+    record = session_get_for(user=user, terminal_id=terminal_id)
+    return _ask_worker(record, protocol.INFO, reply_within)
 
 
 # Talking to the terminal's worker
@@ -530,6 +538,15 @@ def workers_report() -> list[dict]:
              "heartbeatAgeMs": max(0, round((now - worker.last_seen).total_seconds() * 1000)),
              "stopped": worker.stopped.isoformat() if worker.stopped else None, "activeTerminals": worker.active_terminals}
             for worker in rows]
+
+
+def confinement_report() -> dict:
+    """How terminals are kept apart here: who they run as, whether users are separated, and the per-terminal
+    limits (enforced by cgroups where the worker can write them)."""
+    config = settings.TERMINALS
+    return {**isolation(), "cgroups": config["CGROUPS"], "limits": {
+        "processes": config["LIMIT_PROCESSES"], "openFiles": config["LIMIT_OPEN_FILES"],
+        "memoryMb": config["LIMIT_MEMORY_MB"], "cpuCores": config["LIMIT_CPU_CORES"]}}
 
 
 def _database_answers() -> bool:

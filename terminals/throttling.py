@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import logging
 import time
+from types import SimpleNamespace
 
 from django.conf import settings
 from rest_framework.throttling import SimpleRateThrottle
+
+from .exceptions import RateLimited
 
 if settings.REDIS_URL:
     from redis.exceptions import RedisError
@@ -56,9 +59,12 @@ class ApiKeyRateThrottle(SimpleRateThrottle):
 
     def get_cache_key(self, request, view) -> str | None:
         api_key = getattr(request, "auth", None)
-        if api_key is None:
-            return None  # unauthenticated requests are refused before throttling
-        return self.cache_format % {"scope": self.scope, "ident": api_key.pk}
+        if api_key is not None:
+            return self.cache_format % {"scope": self.scope, "ident": api_key.pk}
+        user = getattr(request, "user", None)
+        if user is not None and user.is_authenticated:  # the dashboard: a logged-in user without a key
+            return self.cache_format % {"scope": self.scope, "ident": f"user-{user.pk}"}
+        return None  # unauthenticated requests are refused before throttling
 
 
 class CreateRateThrottle(ApiKeyRateThrottle):
@@ -74,3 +80,12 @@ class CreateRateThrottle(ApiKeyRateThrottle):
     def allow_creation(self, request) -> bool:
         """Counts one creation of the request's key, also for creations not made by the REST view (ACP)."""
         return super().allow_request(request, None)
+
+
+def count_creation(actor) -> None:
+    """Counts one terminal creation of the actor's key (or, in the dashboard, its user) against the creation
+    rate, for the interfaces that create terminals outside the REST view; RateLimited when over it."""
+    throttle = CreateRateThrottle()
+    if not throttle.allow_creation(SimpleNamespace(user=actor.user, auth=actor.api_key)):
+        wait = max(1, round(throttle.wait() or 1))
+        raise RateLimited(f"Too many terminals created with this key; retry in {wait} s", {"retryAfter": wait})

@@ -41,7 +41,7 @@ def test_the_first_start_prints_working_credentials_once():
         banner = banner_of(server)
         url = re.search(r"Listening on (http://\S+)", banner)[1]
         key = re.search(r"API key:\s+(tk_\S+)", banner)[1]
-        password = re.search(r"/admin/\s+\(user admin, password (\S+)\)", banner)[1]
+        password = re.search(r"Web: +\S+/\s+\(the dashboard; user admin, password (\S+);", banner)[1]
 
         assert requests.get(f"{url}/api/terminals", headers={"X-API-Key": key}, timeout=30).status_code == 200
         admin = log_in(url, "admin", password)

@@ -70,7 +70,7 @@ def app_modules():
 
 
 def test_every_interface_lives_in_its_own_folder():
-    for interface in ("api", "live", "acp"):
+    for interface in ("api", "live", "acp", "mcp", "dashboard"):
         assert (APP / interface / "__init__.py").is_file(), f"terminals/{interface}/ is missing"
     top = {path.stem for path in APP.glob("*.py")}
     strays = top & {"views", "serializers", "consumers", "acp", "views_acp", "worker", "worker_client", "follow"}

@@ -11,7 +11,6 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable
-from types import SimpleNamespace
 from typing import Any
 
 from channels.db import DatabaseSyncToAsync
@@ -21,8 +20,8 @@ from mcp.types import CallToolResult, TextContent
 
 from .. import sessions
 from ..audit import Actor, audit
-from ..exceptions import RateLimited, ServiceError
-from ..throttling import CreateRateThrottle
+from ..exceptions import ServiceError
+from ..throttling import count_creation
 from .identity import SCOPE_KEY
 
 logger = logging.getLogger(__name__)
@@ -75,7 +74,7 @@ async def call(ctx: Context, profile: str, tool: str, use_case: Callable[[Actor]
 
     def guarded(who: Actor):
         if creates:
-            _count_creation(who)
+            count_creation(who)
         return use_case(who)
 
     run = DatabaseSyncToAsync(guarded, thread_sensitive=False)
@@ -106,13 +105,6 @@ def checked_signal(signal: str) -> str:
         raise ToolError(f"INVALID_INPUT: {signal[:20]!r} is not one of {', '.join(sessions.SIGNALS)}. Next: call "
                         "again with one of them.")
     return signal
-
-
-def _count_creation(actor: Actor) -> None:
-    throttle = CreateRateThrottle()
-    if not throttle.allow_creation(SimpleNamespace(user=actor.user, auth=actor.api_key)):
-        wait = max(1, round(throttle.wait() or 1))
-        raise RateLimited(f"Too many terminals created with this key; retry in {wait} s", {"retryAfter": wait})
 
 
 def tool_error_text(error: ServiceError) -> str:

@@ -552,7 +552,7 @@ class TerminalWorker:
         return stats_data(message["id"], session)
 
     async def handle_info(self, message: dict) -> dict:
-        return info_data(self.manager.get(message["id"]))
+        return {**info_data(self.manager.get(message["id"])), "viewers": self.fanout.watching(message["id"])}
 
     async def handle_screen(self, message: dict) -> dict:
         session = self.manager.get(message["id"])

@@ -47,7 +47,7 @@ class Command(BaseCommand):
         self.stdout.write(
             "\nFirst start: created user 'admin' (staff). Both secrets below are shown once; keep them.\n\n"
             f"  API key:  {key}\n"
-            f"  Web:      {url}/admin/  (user admin, password {password})\n\n"
+            f"  Web:      {url}/  (the dashboard; user admin, password {password}; the admin at /admin/)\n\n"
             "Try it (a shell in /tmp):\n\n"
             f"  curl -s -X POST {url}/api/terminals -H 'X-API-Key: {key}' "
             "-H 'Content-Type: application/json' -d '{\"cwd\": \"/tmp\"}'\n\n"

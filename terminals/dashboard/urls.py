@@ -1,0 +1,34 @@
+"""The dashboard's routes, at the root of the site (the admin stays at /admin/, the API at /api/)."""
+
+from django.contrib.auth import views as auth_views
+from django.urls import path
+
+from . import views
+from .security import with_policy
+
+app_name = "dashboard"
+
+
+def _secured(view):
+    def secured(request, *args, **kwargs):
+        return with_policy(view(request, *args, **kwargs))
+    return secured
+
+
+urlpatterns = [
+    path("", views.terminal_list, name="terminals"),
+    path("login/", _secured(auth_views.LoginView.as_view(template_name="dashboard/login.html",
+                                                          redirect_authenticated_user=True)), name="login"),
+    path("logout/", _secured(auth_views.LogoutView.as_view(next_page="dashboard:login")), name="logout"),
+    path("terminals/new", views.terminal_create, name="terminal_create"),
+    path("terminals/<uuid:terminal_id>/", views.terminal_page, name="terminal"),
+    path("terminals/<uuid:terminal_id>/end", views.terminal_end, name="terminal_end"),
+    path("terminals/<uuid:terminal_id>/commands", views.terminal_commands, name="terminal_commands"),
+    path("terminals/<uuid:terminal_id>/output.txt", views.terminal_download, name="terminal_download"),
+    path("audit/", views.audit_list, name="audit"),
+    path("audit/verify", views.audit_verify, name="audit_verify"),
+    path("keys/", views.key_list, name="keys"),
+    path("keys/new", views.key_create, name="key_create"),
+    path("keys/<str:prefix>/revoke", views.key_revoke, name="key_revoke"),
+    path("workers/", views.worker_list, name="workers"),
+]

@@ -1,0 +1,257 @@
+"""The dashboard's pages. Thin: each reads the request, calls a core use case as the logged-in user, and renders.
+
+A terminal, key or audit row another user owns answers exactly like an unknown one (404), as in the API.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+import uuid
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth import get_user_model
+from django.core.paginator import Paginator
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils.dateparse import parse_datetime
+from django.views.decorators.http import require_POST
+
+from .. import keys, sessions
+from ..audit import Actor, client_address, last_hash, verify_chain
+from ..exceptions import InvalidInput, ServiceError, TerminalNotFound
+from ..models import ApiKey, AuditEvent, TerminalSession
+from ..throttling import count_creation
+from .security import page
+
+STATUSES = ["active", "all", *[status for status in TerminalSession.Status.values if status != "active"]]
+AUDIT_PAGE = 50
+SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP", "SIGKILL"]
+# What the list asks the workers (foreground process, viewers): for its newest rows, within a bound, so a slow or
+# unreachable worker costs the page at most LIVE_BUDGET_SECONDS.
+LIVE_ROWS = 100
+LIVE_REPLY_SECONDS = 0.5
+LIVE_BUDGET_SECONDS = 2.0
+
+
+def actor(request) -> Actor:
+    return Actor(user=request.user, source=client_address(request))
+
+
+def _visible_terminal(request, terminal_id) -> dict:
+    try:
+        return sessions.session_detail(user=request.user, terminal_id=terminal_id, reply_within=LIVE_REPLY_SECONDS)
+    except TerminalNotFound:
+        raise Http404("no such terminal") from None
+
+
+# Terminals
+
+
+def _terminal_rows(request) -> tuple[list[dict], dict]:
+    status = request.GET.get("status", "active")
+    status = status if status in STATUSES else "active"
+    owner = request.GET.get("owner", "").strip() if request.user.is_staff else ""
+    found = sessions.session_list(user=request.user, status=status,
+                                  session_filter={"owner__username": owner} if owner else None)
+    found.sort(key=lambda row: row["created"] or "", reverse=True)
+    deadline = time.monotonic() + LIVE_BUDGET_SECONDS
+    for row in found[:LIVE_ROWS]:
+        left = deadline - time.monotonic()
+        if row["status"] != "active" or left <= 0:
+            continue
+        try:
+            row.update(sessions.session_live(user=request.user, terminal_id=row["terminalId"],
+                                             reply_within=min(LIVE_REPLY_SECONDS, left)))
+        except ServiceError:
+            pass  # the record alone still answers
+    return found, {"status": status, "owner": owner}
+
+
+@page
+def terminal_list(request):
+    rows, filters = _terminal_rows(request)
+    template = "dashboard/terminal_rows.html" if request.GET.get("fragment") else "dashboard/terminals.html"
+    owners = (get_user_model().objects.filter(terminals__isnull=False).distinct()
+              .values_list("username", flat=True).order_by("username")) if request.user.is_staff else []
+    return render(request, template, {"rows": rows, "filters": filters, "statuses": STATUSES, "owners": owners,
+                                      "signals": SIGNALS, "section": "terminals"})
+
+
+@page
+@require_POST
+def terminal_create(request):
+    form = request.POST
+    try:
+        count_creation(actor(request))
+        kind = form.get("kind", "shell")
+        words = shlex.split(form.get("command", "")) if kind == "program" else []
+        if kind == "program" and not words:
+            raise InvalidInput("give the program to run, for example: python3 -q")
+        created = sessions.session_create(
+            actor=actor(request), shell=(form.get("shell") or None) if kind == "shell" else None,
+            command=words[0] if words else None, args=words[1:], cwd=form.get("cwd") or None,
+            name=form.get("name", "")[:100], cols=_number(form.get("cols"), 120, 1, 1000),
+            rows=_number(form.get("rows"), 32, 1, 1000))
+    except (ServiceError, ValueError) as error:
+        messages.error(request, f"Not created: {_message(error)}")
+        return redirect("dashboard:terminals")
+    return redirect("dashboard:terminal", terminal_id=created["terminalId"])
+
+
+@page
+@require_POST
+def terminal_end(request, terminal_id):
+    _visible_terminal(request, terminal_id)
+    signal = request.POST.get("signal", "SIGTERM")
+    if signal not in SIGNALS:
+        signal = "SIGTERM"
+    try:
+        ended = sessions.session_terminate(actor=actor(request), terminal_id=terminal_id, signal=signal)
+        messages.success(request, f"Ended with {signal}: exit code {ended.get('exitCode')}, signal {ended.get('signal')}")
+    except ServiceError as error:
+        messages.error(request, f"Not ended: {_message(error)}")
+    return redirect(request.POST.get("next") or "dashboard:terminals")
+
+
+@page
+def terminal_page(request, terminal_id):
+    terminal = _visible_terminal(request, terminal_id)
+    mine = terminal["owner"] == request.user.get_username()
+    return render(request, "dashboard/terminal.html", {
+        "terminal": terminal, "mine": mine, "read_only": not mine, "signals": SIGNALS, "section": "terminals"})
+
+
+@page
+def terminal_commands(request, terminal_id):
+    """The commands the shell ran (shell integration), as rows for the terminal page to refresh."""
+    terminal = _visible_terminal(request, terminal_id)
+    commands = []
+    if terminal["shell"]:
+        try:
+            commands = sessions.session_command_list(actor=actor(request), terminal_id=terminal_id)["commands"]
+        except ServiceError:
+            pass
+    return render(request, "dashboard/command_rows.html", {"commands": commands[-50:][::-1]})
+
+
+@page
+def terminal_download(request, terminal_id):
+    """The output the service holds, escape sequences stripped, as a text file."""
+    _visible_terminal(request, terminal_id)
+    read = {"from_byte": 0, "max_bytes": settings.TERMINALS["MAX_READ_BYTES"], "strip_ansi": True, "stream": None}
+    data = sessions.session_read(actor=actor(request), terminal_id=terminal_id, options=read)
+    response = HttpResponse(data["chunk"], content_type="text/plain; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="terminal-{terminal_id}.txt"'
+    return response
+
+
+# Audit
+
+
+@page
+def audit_list(request):
+    events = AuditEvent.objects.visible_to(request.user).order_by("-id")
+    filters = {name: request.GET.get(name, "").strip() for name in ("user", "action", "outcome", "terminal",
+                                                                    "since", "until")}
+    if filters["user"]:
+        events = events.filter(username=filters["user"])
+    if filters["action"]:
+        events = events.filter(action=filters["action"])
+    if filters["outcome"]:
+        events = events.filter(outcome=filters["outcome"])
+    if filters["terminal"]:
+        events = events.filter(terminal_id=filters["terminal"]) if _is_uuid(filters["terminal"]) else events.none()
+    for name, lookup in (("since", "at__gte"), ("until", "at__lte")):
+        moment = parse_datetime(filters[name]) if filters[name] else None
+        if moment is not None:
+            events = events.filter(**{lookup: moment})
+    listed = Paginator(events, AUDIT_PAGE).get_page(request.GET.get("page"))
+    query = "&".join(f"{name}={value}" for name, value in filters.items() if value)
+    actions = AuditEvent.objects.visible_to(request.user).values_list("action", flat=True).distinct().order_by("action")
+    return render(request, "dashboard/audit.html", {"page": listed, "filters": filters, "query": query,
+                                                    "actions": actions, "section": "audit"})
+
+
+@page
+@require_POST
+def audit_verify(request):
+    if not request.user.is_staff:
+        raise Http404("no such page")
+    count, broken = verify_chain()
+    if broken:
+        messages.error(request, f"The audit trail is broken: {broken}")
+    else:
+        messages.success(request, f"The audit trail is intact: {count} events, last hash {last_hash()[:16]}")
+    return redirect("dashboard:audit")
+
+
+# Keys
+
+
+@page
+def key_list(request):
+    records = ApiKey.objects.select_related("user").order_by("-created")
+    if not request.user.is_staff:
+        records = records.filter(user=request.user)
+    new_key = request.session.pop("dashboard_new_key", None)  # shown once, on the page after its creation
+    users = get_user_model().objects.order_by("username") if request.user.is_staff else []
+    return render(request, "dashboard/keys.html", {"keys": records, "new_key": new_key, "users": users,
+                                                   "section": "keys"})
+
+
+@page
+@require_POST
+def key_create(request):
+    owner = request.user
+    if request.user.is_staff and request.POST.get("user"):
+        owner = get_user_model().objects.filter(username=request.POST["user"]).first() or owner
+    expires = parse_datetime(request.POST.get("expires", "")) if request.POST.get("expires") else None
+    record, key = keys.create_key(actor(request), owner, name=request.POST.get("name", "")[:100], expires_at=expires)
+    request.session["dashboard_new_key"] = {"key": key, "prefix": record.display_prefix, "user": owner.get_username()}
+    return redirect("dashboard:keys")
+
+
+@page
+@require_POST
+def key_revoke(request, prefix):
+    record = ApiKey.objects.filter(prefix=prefix).select_related("user").first()
+    if record is None or (record.user_id != request.user.pk and not request.user.is_staff):
+        raise Http404("no such key")
+    if keys.revoke_key(actor(request), record):
+        messages.success(request, f"Key {record.display_prefix} revoked: it no longer works anywhere.")
+    return redirect("dashboard:keys")
+
+
+# Workers
+
+
+@page
+def worker_list(request):
+    if not request.user.is_staff:
+        raise Http404("no such page")
+    return render(request, "dashboard/workers.html", {"workers": sessions.workers_report(), "section": "workers",
+                                                      "confinement": sessions.confinement_report()})
+
+
+def _number(value, default: int, low: int, high: int) -> int:
+    try:
+        number = int(value) if value not in (None, "") else default
+    except ValueError:
+        raise ValueError(f"{value!r} is not a whole number") from None
+    if not low <= number <= high:
+        raise ValueError(f"{number} is outside {low} to {high}")
+    return number
+
+
+def _message(error: Exception) -> str:
+    return getattr(error, "message", None) or str(error)
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True

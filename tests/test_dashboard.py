@@ -1,0 +1,262 @@
+"""The dashboard in a real browser: Debian's Chromium, headless, driven by Selenium through chromedriver, against
+real servers. What the page shows is read from the page, and a terminal's text from xterm.js's own buffer."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import tempfile
+import uuid
+
+import pytest
+import requests
+from django.contrib.auth import get_user_model
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select, WebDriverWait
+
+from terminals.models import ApiKey, AuditEvent
+
+from .servers import KEYS_MADE
+
+WAIT = 30  # seconds: only so a broken page cannot hang the run
+PASSWORD = "correct horse battery staple"
+
+
+@pytest.fixture(scope="module")
+def people(django_db_setup, django_db_blocker) -> dict[str, str]:
+    """Users who log in with a password: two ordinary ones and a staff member."""
+    made = {}
+    with django_db_blocker.unblock():
+        for role in ("alice", "bob", "lead"):
+            username = f"web-{role}-{uuid.uuid4().hex[:6]}"
+            get_user_model().objects.create_user(username=username, password=PASSWORD, is_staff=role == "lead")
+            made[role] = username
+    return made
+
+
+@pytest.fixture(scope="module")
+def browser(server):
+    """One Chromium per deployment, headless, with the flags a machine without a network needs."""
+    profile = tempfile.mkdtemp(prefix="chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--window-size=1280,900"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"))
+    driver.set_page_load_timeout(WAIT)
+    yield driver
+    driver.quit()
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+def until(driver, condition, what: str, timeout: float = WAIT):
+    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(lambda _: condition(), message=what)
+
+
+def log_in(driver, url: str, username: str) -> None:
+    driver.get("about:blank")
+    driver.get(f"{url}/login/")
+    driver.delete_all_cookies()  # whoever was logged in before
+    driver.get(f"{url}/login/")
+    driver.find_element(By.ID, "id_username").send_keys(username)
+    driver.find_element(By.ID, "id_password").send_keys(PASSWORD)
+    driver.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
+    until(driver, lambda: driver.find_elements(By.CSS_SELECTOR, "header.bar"), "the page after logging in")
+
+
+def screen_text(driver) -> str:
+    """The emulator's whole buffer (scrollback and screen), as xterm.js holds it."""
+    return driver.execute_script(
+        "const b = window.dashboardTerminal.buffer.active; const lines = [];"
+        "for (let i = 0; i < b.length; i++) lines.push(b.getLine(i).translateToString(true));"
+        "return lines.join('\\n');")
+
+
+def snap(driver, name: str) -> None:
+    """With DASHBOARD_SCREENSHOTS=<folder>, saves the page as <folder>/dashboard-<name>.png (docs/ has them)."""
+    folder = os.environ.get("DASHBOARD_SCREENSHOTS")
+    if folder:
+        driver.save_screenshot(os.path.join(folder, f"dashboard-{name}.png"))
+
+
+def console_problems(driver) -> list[str]:
+    """Errors the page logged: JavaScript errors and Content-Security-Policy refusals."""
+    return [entry["message"] for entry in driver.get_log("browser") if entry["level"] in ("SEVERE", "ERROR")]
+
+
+def create_terminal(driver, url: str, name: str) -> str:
+    driver.get(f"{url}/")
+    driver.find_element(By.ID, "new-name").send_keys(name)
+    driver.find_element(By.CSS_SELECTOR, "#create button[type=submit]").click()
+    until(driver, lambda: "/terminals/" in driver.current_url, "the new terminal's page")
+    until(driver, lambda: driver.find_element(By.ID, "state").text.startswith("live"), "the terminal to attach")
+    return driver.current_url.rstrip("/").rsplit("/", 1)[1]
+
+
+def type_into(driver, text: str) -> None:
+    driver.find_element(By.CSS_SELECTOR, "#terminal textarea").send_keys(text)
+
+
+def test_a_user_logs_in_creates_a_terminal_and_works_in_it(server, browser, people):
+    """Log in, create a terminal, type an echo of a computed value and read the result in the emulator; resize
+    the window and see stty size follow; no console error on the way."""
+    browser.set_window_size(1280, 900)
+    log_in(browser, server.url, people["alice"])
+    create_terminal(browser, server.url, "browser-work")
+    first, second = random.randint(100, 999), random.randint(100, 999)
+    type_into(browser, f"echo result-$(({first}*{second}))\n")
+    until(browser, lambda: f"result-{first * second}" in screen_text(browser), "the command's output in the emulator")
+    type_into(browser, "ls -la --color=always /\n")
+    until(browser, lambda: " usr" in screen_text(browser), "a listing")
+    snap(browser, "terminal")
+    type_into(browser, "stty size\n")
+    until(browser, lambda: _stty_sizes(screen_text(browser)), "stty size's answer")
+    before = _stty_sizes(screen_text(browser))[-1]
+    browser.set_window_size(900, 700)
+    until(browser, lambda: browser.execute_script("return window.dashboardTerminal.cols") < before[1],
+          "the emulator to fit the smaller window")
+    cols, rows = browser.execute_script("return [window.dashboardTerminal.cols, window.dashboardTerminal.rows]")
+    type_into(browser, "clear; stty size\n")
+    until(browser, lambda: (rows, cols) in _stty_sizes(screen_text(browser)), f"stty size to say {rows} {cols}")
+    assert console_problems(browser) == []
+
+
+def _stty_sizes(text: str) -> list[tuple[int, int]]:
+    sizes = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and all(part.isdigit() for part in parts):
+            sizes.append((int(parts[0]), int(parts[1])))
+    return sizes
+
+
+@pytest.mark.embedded_only("the reconnection is the page's own; the split socket path is covered above")
+def test_a_dropped_connection_resumes_with_nothing_lost_or_repeated(server, browser, people):
+    browser.set_window_size(1280, 900)
+    log_in(browser, server.url, people["alice"])
+    create_terminal(browser, server.url, "browser-resume")
+    type_into(browser, "for n in $(seq 1 40); do echo line-$n; sleep 0.05; done; echo done-$((6*7))\n")
+    until(browser, lambda: "line-5" in screen_text(browser), "the loop to start")
+    browser.execute_script("window.dashboardSocket.close()")
+    until(browser, lambda: "done-42" in screen_text(browser), "the loop's end after reconnecting")
+    text = screen_text(browser)
+    printed = [line for line in text.splitlines() if line.startswith("line-")]
+    assert printed == [f"line-{n}" for n in range(1, 41)], printed
+    assert console_problems(browser) == []
+
+
+@pytest.mark.embedded_only("staff watching is one access rule, the same in both deployments")
+def test_staff_watch_a_users_terminal_read_only_and_the_look_is_audited(server, browser, people, orm):
+    browser.set_window_size(1280, 900)
+    log_in(browser, server.url, people["alice"])
+    terminal = create_terminal(browser, server.url, "watched")
+    type_into(browser, "echo before-watch\n")
+    until(browser, lambda: "before-watch" in screen_text(browser), "alice's output")
+    log_in(browser, server.url, people["lead"])
+    browser.get(f"{server.url}/?owner={people['alice']}")
+    until(browser, lambda: terminal in browser.page_source, "alice's terminal in the staff list")
+    snap(browser, "terminals")
+    browser.get(f"{server.url}/terminals/{terminal}/")
+    until(browser, lambda: browser.find_element(By.ID, "state").text == "live, read-only", "the read-only view")
+    until(browser, lambda: "before-watch" in screen_text(browser), "alice's output in the staff view")
+    type_into(browser, "echo typed-by-staff\n")
+    assert AuditEvent.objects.filter(terminal_id=terminal, action="attach", username=people["lead"]).exists()
+    assert not AuditEvent.objects.filter(terminal_id=terminal, action="input", username=people["lead"]).exists()
+    assert "typed-by-staff" not in screen_text(browser)
+    assert not browser.find_elements(By.CSS_SELECTOR, "[data-signal]")
+    assert console_problems(browser) == []
+
+
+@pytest.mark.embedded_only("the access rule is the core's, the same in both deployments")
+def test_bob_sees_none_of_alices_terminals_keys_or_audit_rows(server, browser, people, orm):
+    browser.set_window_size(1280, 900)
+    log_in(browser, server.url, people["alice"])
+    terminal = create_terminal(browser, server.url, "alice-private")
+    alice = get_user_model().objects.get(username=people["alice"])
+    record, key = ApiKey.objects.create_key(user=alice, name="alice-web-key")
+    KEYS_MADE.append(key)
+    log_in(browser, server.url, people["bob"])
+    for page in ("/?status=all", "/keys/", "/audit/"):
+        browser.get(f"{server.url}{page}")
+        source = browser.page_source
+        assert terminal not in source and terminal[:8] not in source and record.display_prefix not in source, page
+        assert people["alice"] not in source, page
+    for page in (f"/terminals/{terminal}/", f"/terminals/{terminal}/output.txt", f"/terminals/{terminal}/commands"):
+        answer = requests.get(f"{server.url}{page}", cookies=_cookies(browser), timeout=10)
+        assert answer.status_code == 404, (page, answer.status_code)
+    unknown = requests.get(f"{server.url}/terminals/{uuid.uuid4()}/", cookies=_cookies(browser), timeout=10)
+    assert unknown.status_code == 404
+
+
+def _cookies(driver) -> dict:
+    return {cookie["name"]: cookie["value"] for cookie in driver.get_cookies()}
+
+
+@pytest.mark.embedded_only("the audit page reads the database, the same in both deployments")
+def test_the_audit_filters_and_the_chain_check(server, browser, people, orm):
+    browser.set_window_size(1280, 900)
+    log_in(browser, server.url, people["alice"])
+    terminal = create_terminal(browser, server.url, "audited")
+    browser.get(f"{server.url}/audit/?terminal={terminal}")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#audit tbody tr")
+    actions = {row.find_elements(By.TAG_NAME, "td")[5].text for row in rows}
+    assert "create" in actions and actions <= {"create", "attach", "detach", "resize", "input"}, actions
+    Select(browser.find_element(By.ID, "f-action")).select_by_visible_text("create")
+    browser.find_element(By.CSS_SELECTOR, ".filters button[type=submit]").click()
+    until(browser, lambda: "action=create" in browser.current_url, "the filtered page")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#audit tbody tr")
+    assert rows and all(row.find_elements(By.TAG_NAME, "td")[5].text == "create" for row in rows)
+    assert not browser.find_elements(By.CSS_SELECTOR, "form[action$='/audit/verify']")  # staff only
+    log_in(browser, server.url, people["lead"])
+    browser.get(f"{server.url}/audit/")
+    browser.find_element(By.CSS_SELECTOR, "form[action$='/audit/verify'] button").click()
+    until(browser, lambda: "The audit trail is intact" in browser.page_source, "the chain check's result")
+    snap(browser, "audit")
+    assert console_problems(browser) == []
+
+
+@pytest.mark.embedded_only("keys are the core's, the same in both deployments")
+def test_a_key_made_in_the_page_works_against_the_api_and_is_shown_once(server, browser, people):
+    browser.set_window_size(390, 844)  # a phone
+    log_in(browser, server.url, people["alice"])
+    browser.get(f"{server.url}/keys/")
+    browser.find_element(By.ID, "key-name").send_keys("from-the-browser")
+    browser.find_element(By.CSS_SELECTOR, "#new-key-form button[type=submit]").click()
+    key = until(browser, lambda: browser.find_elements(By.ID, "new-key"), "the new key")[0].text
+    KEYS_MADE.append(key)
+    assert key in browser.find_element(By.ID, "curl-line").text
+    snap(browser, "keys")
+    answer = requests.get(f"{server.url}/api/terminals", headers={"X-API-Key": key}, timeout=10)
+    assert answer.status_code == 200, answer.text
+    browser.refresh()
+    assert key not in browser.page_source and browser.find_elements(By.CSS_SELECTOR, "#keys tbody tr")
+    row = next(row for row in browser.find_elements(By.CSS_SELECTOR, "#keys tbody tr") if "from-the-browser" in row.text)
+    row.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    until(browser, lambda: "revoked" in browser.page_source, "the revocation")
+    answer = requests.get(f"{server.url}/api/terminals", headers={"X-API-Key": key}, timeout=10)
+    assert answer.status_code == 401
+    assert console_problems(browser) == []
+
+
+@pytest.mark.embedded_only("the pages' headers are the same in both deployments")
+def test_pages_carry_a_strict_policy_and_need_a_login(server, browser, people):
+    answer = requests.get(f"{server.url}/", allow_redirects=False, timeout=10)
+    assert answer.status_code == 302 and answer.headers["Location"].startswith("/login/")
+    login = requests.get(f"{server.url}/login/", timeout=10)
+    policy = login.headers["Content-Security-Policy"]
+    assert "script-src 'self'" in policy and "unsafe-inline" not in policy.split("script-src", 1)[1].split(";")[0]
+    assert "frame-ancestors 'none'" in policy and login.headers["X-Frame-Options"] == "DENY"
+    forged = requests.post(f"{server.url}/terminals/new", data={"kind": "shell"}, timeout=10, allow_redirects=False)
+    assert forged.status_code in (302, 403)  # no session: to the login page; a session without the token: 403
+    log_in(browser, server.url, people["lead"])
+    for page in ("/", "/audit/", "/keys/", "/workers/"):
+        browser.get(f"{server.url}{page}")
+        until(browser, lambda: browser.find_elements(By.TAG_NAME, "h1"), f"{page} to render")
+    assert "Users separated" in browser.page_source
+    assert console_problems(browser) == []
