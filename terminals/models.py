@@ -224,6 +224,19 @@ class TerminalSession(models.Model):
         return updated == 1
 
 
+class ViewGrant(models.Model):
+    """A read-only look at a terminal that its owner gave another user: they may watch it live (the WebSocket's
+    view mode), nothing more. Removing the row takes the look back."""
+
+    terminal = models.ForeignKey(TerminalSession, on_delete=models.CASCADE, related_name="view_grants")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    granted_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+")
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["terminal", "user"], name="one_grant_per_terminal_and_user")]
+
+
 def _lock_audit_chain() -> None:
     """Serialises appends to the chain, so two writers never link to the same previous row."""
     if connection.vendor == "postgresql":

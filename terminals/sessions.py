@@ -26,8 +26,16 @@ from .environment import (
     shell_argv,
     validate_env,
 )
-from .exceptions import AuditUnavailable, ServiceError, TerminalInactive, TerminalNotFound, WorkerUnavailable
-from .models import TerminalSession, Worker
+from .exceptions import (
+    AuditUnavailable,
+    InvalidInput,
+    ServiceError,
+    TerminalInactive,
+    TerminalNotFound,
+    WorkerUnavailable,
+)
+from .keys import find_user
+from .models import TerminalSession, ViewGrant, Worker
 from .records import session_data
 from .worker import client as worker_client
 from .worker import protocol
@@ -61,6 +69,20 @@ def session_get_for(*, user, terminal_id, with_owner: bool = False) -> TerminalS
         raise TerminalNotFound(f"Terminal {terminal_id} not found") from None
 
 
+def session_get_for_viewing(*, user, terminal_id, with_owner: bool = False) -> TerminalSession:
+    """A terminal the user may watch read-only: one session_get_for finds, or one its owner shared with them.
+    Anything else answers exactly like an unknown terminal."""
+    try:
+        return session_get_for(user=user, terminal_id=terminal_id, with_owner=with_owner)
+    except TerminalNotFound:
+        related = ("worker", "owner") if with_owner else ("worker",)
+        record = (TerminalSession.objects.filter(pk=str(terminal_id), view_grants__user=user)
+                  .select_related(*related).annotate(worker_live=_worker_live_expression()).first())
+        if record is None:
+            raise
+        return record
+
+
 def _worker_live_expression() -> ExpressionWrapper:
     """Whether the terminal's worker beats, judged in the same query by the database's clock (Worker.stale_before)."""
     return ExpressionWrapper(Worker.live_condition("worker__"), output_field=BooleanField())
@@ -75,10 +97,12 @@ def session_list(*, user, status: str = "active", session_filter: dict | None = 
     return [session_data(record) for record in records.filter(**(session_filter or {}))]
 
 
-def session_detail(*, user, terminal_id, reply_within: float | None = None) -> dict:
+def session_detail(*, user, terminal_id, reply_within: float | None = None, shared: bool = False) -> dict:
     """The record, and for a live terminal what it is doing now (busy, foreground process, running command),
-    asked of its worker within reply_within seconds (default: the worker timeout)."""
-    record = session_get_for(user=user, terminal_id=terminal_id, with_owner=True)
+    asked of its worker within reply_within seconds (default: the worker timeout). shared: also a terminal
+    shared with the user (session_get_for_viewing)."""
+    find = session_get_for_viewing if shared else session_get_for
+    record = find(user=user, terminal_id=terminal_id, with_owner=True)
     data = session_data(record)
     if record.is_active:
         try:
@@ -93,6 +117,40 @@ def session_live(*, user, terminal_id, reply_within: float | None = None) -> dic
     bounds the wait for its worker (a page listing many terminals must not wait on each)."""
     record = session_get_for(user=user, terminal_id=terminal_id)
     return _ask_worker(record, protocol.INFO, reply_within)
+
+
+# Read-only looks that owners give (the dashboard's sharing)
+
+
+def session_share(*, actor: Actor, terminal_id, username: str) -> list[str]:
+    """Lets another user watch the terminal read-only; the owner (or staff) may. Returns who may watch now."""
+    record = session_get_for(user=actor.user, terminal_id=terminal_id)
+    user = find_user(username)
+    if user.pk == record.owner_id:
+        raise InvalidInput(f"{username!r} owns this terminal already")
+    ViewGrant.objects.get_or_create(terminal=record, user=user, defaults={"granted_by": actor.user})
+    audit(actor, "share", terminal_id=record.id, subject=user.get_username())
+    return session_shares(user=actor.user, terminal_id=record.id)
+
+
+def session_unshare(*, actor: Actor, terminal_id, username: str) -> list[str]:
+    record = session_get_for(user=actor.user, terminal_id=terminal_id)
+    removed, _ = ViewGrant.objects.filter(terminal=record, user__username=username).delete()
+    if removed:
+        audit(actor, "unshare", terminal_id=record.id, subject=username)
+    return session_shares(user=actor.user, terminal_id=record.id)
+
+
+def session_shares(*, user, terminal_id) -> list[str]:
+    record = session_get_for(user=user, terminal_id=terminal_id)
+    return list(ViewGrant.objects.filter(terminal=record).order_by("user__username")
+                .values_list("user__username", flat=True))
+
+
+def session_shared_with(*, user) -> list[dict]:
+    """Terminals other users shared with this one."""
+    records = TerminalSession.objects.filter(view_grants__user=user).select_related("owner").order_by("-created")
+    return [session_data(record) for record in records]
 
 
 # Talking to the terminal's worker

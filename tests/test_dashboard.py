@@ -20,6 +20,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 from terminals.models import ApiKey, AuditEvent
 
 from .servers import KEYS_MADE
+from .test_live import Live, refusal, run
 
 WAIT = 30  # seconds: only so a broken page cannot hang the run
 PASSWORD = "correct horse battery staple"
@@ -194,6 +195,12 @@ def test_bob_sees_none_of_alices_terminals_keys_or_audit_rows(server, browser, p
     assert unknown.status_code == 404
 
 
+def _key_for(username: str) -> str:
+    record, key = ApiKey.objects.create_key(user=get_user_model().objects.get(username=username), name="ws")
+    KEYS_MADE.append(key)
+    return key
+
+
 def _cookies(driver) -> dict:
     return {cookie["name"]: cookie["value"] for cookie in driver.get_cookies()}
 
@@ -259,4 +266,81 @@ def test_pages_carry_a_strict_policy_and_need_a_login(server, browser, people):
         browser.get(f"{server.url}{page}")
         until(browser, lambda: browser.find_elements(By.TAG_NAME, "h1"), f"{page} to render")
     assert "Users separated" in browser.page_source
+    assert console_problems(browser) == []
+
+
+@pytest.mark.embedded_only("sharing is the core's access rule, the same in both deployments")
+def test_an_owner_shares_a_read_only_look_and_takes_it_back(server, browser, people, orm, keys):
+    """Alice lets Bob watch one terminal: he finds it under "Shared with you" and sees it live, but cannot type,
+    download its output or attach to it interactively; when she takes it back, it answers him 404 again."""
+    browser.set_window_size(1280, 900)
+    log_in(browser, server.url, people["alice"])
+    terminal = create_terminal(browser, server.url, "shared-look")
+    type_into(browser, "echo shared-$((20+1))\n")
+    until(browser, lambda: "shared-21" in screen_text(browser), "alice's output")
+    browser.find_element(By.ID, "share-user").send_keys(people["bob"])
+    browser.find_element(By.CSS_SELECTOR, "#share button[type=submit]").click()
+    until(browser, lambda: "can now watch this terminal" in browser.page_source, "the share")
+    assert AuditEvent.objects.filter(terminal_id=terminal, action="share", username=people["alice"]).exists()
+
+    log_in(browser, server.url, people["bob"])
+    browser.find_element(By.LINK_TEXT, "shared-look").click()
+    until(browser, lambda: browser.find_element(By.ID, "state").text == "live, read-only", "bob's read-only view")
+    until(browser, lambda: "shared-21" in screen_text(browser), "alice's output in bob's view")
+    type_into(browser, "echo from-bob\n")
+    for page in ("output.txt", "commands", "watchers"):
+        answer = requests.get(f"{server.url}/terminals/{terminal}/{page}", cookies=_cookies(browser), timeout=10)
+        assert answer.status_code == 404, page
+    assert not AuditEvent.objects.filter(terminal_id=terminal, action="input", username=people["bob"]).exists()
+    bob_key = _key_for(people["bob"])
+
+    async def view() -> dict:
+        viewing = await Live.open(server.url, terminal, bob_key, mode="view")
+        await viewing.close()
+        return viewing.attached
+
+    assert run(view())["readOnly"] is True
+    # Typing needs the terminal itself: an interactive attach answers as for an unknown terminal.
+    assert run(refusal(server.url, terminal, {"X-API-Key": bob_key})) == 4404
+
+    log_in(browser, server.url, people["alice"])
+    browser.get(f"{server.url}/terminals/{terminal}/")
+    until(browser, lambda: "from-bob" not in screen_text(browser) and "shared-21" in screen_text(browser), "alice's view")
+    assert people["bob"] in browser.find_element(By.CSS_SELECTOR, ".side").text  # who it is shared with
+    browser.find_element(By.CSS_SELECTOR, f"button[aria-label='Stop sharing with {people['bob']}']").click()
+    until(browser, lambda: "can no longer watch" in browser.page_source, "the share taken back")
+    log_in(browser, server.url, people["bob"])
+    answer = requests.get(f"{server.url}/terminals/{terminal}/", cookies=_cookies(browser), timeout=10)
+    assert answer.status_code == 404
+    assert console_problems(browser) == []
+
+
+@pytest.mark.embedded_only("users are the core's, the same in both deployments")
+def test_staff_make_a_user_who_logs_in_and_disable_them(server, browser, people):
+    browser.set_window_size(1280, 900)
+    log_in(browser, server.url, people["lead"])
+    browser.get(f"{server.url}/keys/")
+    newcomer = f"web-new-{uuid.uuid4().hex[:6]}"
+    browser.find_element(By.ID, "new-username").send_keys(newcomer)
+    browser.find_element(By.CSS_SELECTOR, "#new-user-form button[type=submit]").click()
+    password = until(browser, lambda: browser.find_elements(By.ID, "new-password"), "the new password")[0].text
+    browser.refresh()
+    assert password not in browser.page_source  # shown once
+    row = browser.find_element(By.CSS_SELECTOR, f"#users tr[data-user='{newcomer}']")
+    row.find_element(By.CSS_SELECTOR, "button[value=disable]").click()
+    until(browser, lambda: "disabled: their keys" in browser.page_source, "the user disabled")
+    session = requests.Session()
+    page = session.get(f"{server.url}/login/", timeout=10)
+    token = session.cookies["csrftoken"]
+    answer = session.post(f"{server.url}/login/", data={"username": newcomer, "password": password,
+                                                        "csrfmiddlewaretoken": token},
+                          headers={"Referer": page.url}, timeout=10, allow_redirects=False)
+    assert answer.status_code == 200 and "do not match" in answer.text  # refused: disabled
+    row = browser.find_element(By.CSS_SELECTOR, f"#users tr[data-user='{newcomer}']")
+    row.find_element(By.CSS_SELECTOR, "button[value=enable]").click()
+    until(browser, lambda: "enabled again" in browser.page_source, "the user enabled")
+    answer = session.post(f"{server.url}/login/", data={"username": newcomer, "password": password,
+                                                        "csrfmiddlewaretoken": session.cookies["csrftoken"]},
+                          headers={"Referer": page.url}, timeout=10, allow_redirects=False)
+    assert answer.status_code == 302  # logged in
     assert console_problems(browser) == []

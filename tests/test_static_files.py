@@ -40,10 +40,12 @@ def test_the_api_docs_load_only_from_the_service(server):
     assert "cdn.jsdelivr.net" not in page.text and "unpkg.com" not in page.text
 
 
-def test_the_root_leads_to_the_api_docs(server):
+def test_the_root_is_the_dashboard_behind_its_login(server):
     response = requests.get(f"{server.url}/", timeout=30, allow_redirects=False)
     assert response.status_code == 302
-    assert response.headers["Location"] == "/api/docs/"
+    assert response.headers["Location"] == "/login/?next=/"
+    login = requests.get(f"{server.url}/login/", timeout=30)
+    assert login.status_code == 200 and 'name="password"' in login.text
 
 
 def test_the_admin_login_page_is_styled_and_named(server):

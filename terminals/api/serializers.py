@@ -283,6 +283,11 @@ class ForegroundSerializer(serializers.Serializer):
     command = serializers.CharField(allow_blank=True)
 
 
+class WatcherSerializer(serializers.Serializer):
+    user = serializers.CharField(allow_blank=True)
+    mode = serializers.CharField(help_text="interactive (a terminal that types) or view")
+
+
 class TerminalSerializer(serializers.Serializer):
     id = serializers.UUIDField()
     terminalId = serializers.UUIDField()
@@ -313,6 +318,9 @@ class TerminalSerializer(serializers.Serializer):
     waitingForInput = serializers.BooleanField(required=False)
     runningCommand = serializers.DictField(required=False, allow_null=True)
     exitStatus = serializers.DictField(required=False, allow_null=True)
+    viewers = serializers.IntegerField(required=False, help_text="Clients attached (WebSocket) or following (SSE) now")
+    watchers = WatcherSerializer(many=True, required=False,
+                                 help_text="Who they are: each client's user (empty for an SSE stream) and mode")
 
 
 class TerminalListSerializer(serializers.Serializer):

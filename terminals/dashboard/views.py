@@ -5,6 +5,7 @@ A terminal, key or audit row another user owns answers exactly like an unknown o
 
 from __future__ import annotations
 
+import secrets
 import shlex
 import time
 import uuid
@@ -39,9 +40,11 @@ def actor(request) -> Actor:
     return Actor(user=request.user, source=client_address(request))
 
 
-def _visible_terminal(request, terminal_id) -> dict:
+def _visible_terminal(request, terminal_id, *, shared: bool = False) -> dict:
+    """The terminal's record if the user may see it (shared: also one shared with them); else 404, as unknown."""
     try:
-        return sessions.session_detail(user=request.user, terminal_id=terminal_id, reply_within=LIVE_REPLY_SECONDS)
+        return sessions.session_detail(user=request.user, terminal_id=terminal_id, reply_within=LIVE_REPLY_SECONDS,
+                                       shared=shared)
     except TerminalNotFound:
         raise Http404("no such terminal") from None
 
@@ -75,8 +78,9 @@ def terminal_list(request):
     template = "dashboard/terminal_rows.html" if request.GET.get("fragment") else "dashboard/terminals.html"
     owners = (get_user_model().objects.filter(terminals__isnull=False).distinct()
               .values_list("username", flat=True).order_by("username")) if request.user.is_staff else []
+    shared = [] if request.GET.get("fragment") else sessions.session_shared_with(user=request.user)
     return render(request, template, {"rows": rows, "filters": filters, "statuses": STATUSES, "owners": owners,
-                                      "signals": SIGNALS, "section": "terminals"})
+                                      "signals": SIGNALS, "shared": shared, "section": "terminals"})
 
 
 @page
@@ -117,10 +121,32 @@ def terminal_end(request, terminal_id):
 
 @page
 def terminal_page(request, terminal_id):
-    terminal = _visible_terminal(request, terminal_id)
+    terminal = _visible_terminal(request, terminal_id, shared=True)
     mine = terminal["owner"] == request.user.get_username()
+    # Staff see every terminal; someone else's only through a share, which gives the live view alone.
+    guest = not mine and not request.user.is_staff
+    shares = [] if guest else sessions.session_shares(user=request.user, terminal_id=terminal_id)
     return render(request, "dashboard/terminal.html", {
-        "terminal": terminal, "mine": mine, "read_only": not mine, "signals": SIGNALS, "section": "terminals"})
+        "terminal": terminal, "mine": mine, "read_only": not mine, "guest": guest, "shares": shares,
+        "signals": SIGNALS, "section": "terminals"})
+
+
+@page
+@require_POST
+def terminal_share(request, terminal_id):
+    """Gives (or, with remove, takes back) another user's read-only look at the terminal."""
+    _visible_terminal(request, terminal_id)
+    username = request.POST.get("user", "").strip()
+    try:
+        if request.POST.get("remove"):
+            sessions.session_unshare(actor=actor(request), terminal_id=terminal_id, username=username)
+            messages.success(request, f"{username} can no longer watch this terminal.")
+        else:
+            sessions.session_share(actor=actor(request), terminal_id=terminal_id, username=username)
+            messages.success(request, f"{username} can now watch this terminal, read-only, from their Terminals page.")
+    except ServiceError as error:
+        messages.error(request, f"Not shared: {_message(error)}")
+    return redirect("dashboard:terminal", terminal_id=terminal_id)
 
 
 @page
@@ -134,6 +160,18 @@ def terminal_commands(request, terminal_id):
         except ServiceError:
             pass
     return render(request, "dashboard/command_rows.html", {"commands": commands[-50:][::-1]})
+
+
+@page
+def terminal_watchers(request, terminal_id):
+    """Who is watching the terminal now (user and mode), for the terminal page to refresh."""
+    _visible_terminal(request, terminal_id)
+    try:
+        watchers = sessions.session_live(user=request.user, terminal_id=terminal_id,
+                                         reply_within=LIVE_REPLY_SECONDS).get("watchers", [])
+    except ServiceError:
+        watchers = []
+    return render(request, "dashboard/watcher_items.html", {"watchers": watchers})
 
 
 @page
@@ -196,9 +234,10 @@ def key_list(request):
     if not request.user.is_staff:
         records = records.filter(user=request.user)
     new_key = request.session.pop("dashboard_new_key", None)  # shown once, on the page after its creation
+    new_user = request.session.pop("dashboard_new_user", None)
     users = get_user_model().objects.order_by("username") if request.user.is_staff else []
-    return render(request, "dashboard/keys.html", {"keys": records, "new_key": new_key, "users": users,
-                                                   "section": "keys"})
+    return render(request, "dashboard/keys.html", {"keys": records, "new_key": new_key, "new_user": new_user,
+                                                   "users": users, "section": "keys"})
 
 
 @page
@@ -221,6 +260,51 @@ def key_revoke(request, prefix):
         raise Http404("no such key")
     if keys.revoke_key(actor(request), record):
         messages.success(request, f"Key {record.display_prefix} revoked: it no longer works anywhere.")
+    return redirect("dashboard:keys")
+
+
+# Users (staff)
+
+USER_CHANGES = {"disable": "disabled: their keys, logins and open connections stop working", "enable": "enabled again",
+                "staff": "now staff: they see and reach everything", "unstaff": "no longer staff"}
+
+
+@page
+@require_POST
+def user_create(request):
+    """A new user with a generated password, shown once on the keys page."""
+    if not request.user.is_staff:
+        raise Http404("no such page")
+    username = request.POST.get("username", "").strip()
+    password = secrets.token_urlsafe(12)
+    try:
+        if not username or len(username) > 150:
+            raise InvalidInput("give a user name of 1 to 150 characters")
+        keys.create_user(actor(request), username, staff=bool(request.POST.get("staff")), password=password)
+    except ServiceError as error:
+        messages.error(request, f"Not created: {_message(error)}")
+        return redirect("dashboard:keys")
+    request.session["dashboard_new_user"] = {"user": username, "password": password}
+    return redirect("dashboard:keys")
+
+
+@page
+@require_POST
+def user_change(request, username):
+    """Disables or enables a user, or changes the staff flag. Staff cannot take their own access away here."""
+    if not request.user.is_staff:
+        raise Http404("no such page")
+    change = request.POST.get("change", "")
+    flags = {"disable": {"active": False}, "enable": {"active": True}, "staff": {"staff": True},
+             "unstaff": {"staff": False}}.get(change)
+    if flags is None or (username == request.user.get_username() and change in ("disable", "unstaff")):
+        messages.error(request, "Not changed: pick disable, enable, staff or unstaff, for someone other than you.")
+        return redirect("dashboard:keys")
+    try:
+        keys.set_user(actor(request), username, **flags)
+        messages.success(request, f"{username}: {USER_CHANGES[change]}")
+    except ServiceError as error:
+        messages.error(request, f"Not changed: {_message(error)}")
     return redirect("dashboard:keys")
 
 

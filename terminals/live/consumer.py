@@ -154,11 +154,13 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         return host is not None and validate_host(host, settings.ALLOWED_HOSTS)
 
     async def _attach(self, from_byte: int | None) -> dict:
-        record, channel = await database_sync_to_async(_record_and_channel)(self.actor.user, self.terminal_id)
+        record, channel = await database_sync_to_async(_record_and_channel)(self.actor.user, self.terminal_id,
+                                                                            self.read_only)
         self.worker_channel = channel
         self.terminal_id = str(record.id)  # the canonical spelling, for audit rows and worker requests
         return await worker_client.request(channel, protocol.ATTACH, id=str(record.id), subscriber=self.channel_name,
-                                           from_byte=from_byte, interactive=not self.read_only)
+                                           from_byte=from_byte, interactive=not self.read_only,
+                                           who=self.actor.username)
 
     async def _watch_credentials(self) -> None:
         """Closes the connection soon after its key is revoked or expires, or its user is disabled."""
@@ -393,9 +395,11 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         await database_sync_to_async(audit)(actor, "attach", outcome=code, terminal_id=_uuid(self.terminal_id))
 
 
-def _record_and_channel(user, terminal_id: str):
+def _record_and_channel(user, terminal_id: str, read_only: bool):
     # One trip to a database thread for both, not two: an attach is on the create-to-first-prompt path.
-    record = sessions.session_get_for(user=user, terminal_id=terminal_id)
+    # A viewer may also watch a terminal its owner shared with them; typing needs the terminal itself.
+    find = sessions.session_get_for_viewing if read_only else sessions.session_get_for
+    record = find(user=user, terminal_id=terminal_id)
     return record, sessions.hosting_channel(record)
 
 

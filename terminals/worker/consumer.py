@@ -552,7 +552,8 @@ class TerminalWorker:
         return stats_data(message["id"], session)
 
     async def handle_info(self, message: dict) -> dict:
-        return {**info_data(self.manager.get(message["id"])), "viewers": self.fanout.watching(message["id"])}
+        return {**info_data(self.manager.get(message["id"])), "viewers": self.fanout.watching(message["id"]),
+                "watchers": self.fanout.watchers(message["id"])}
 
     async def handle_screen(self, message: dict) -> dict:
         session = self.manager.get(message["id"])
@@ -605,7 +606,7 @@ class TerminalWorker:
         from_byte = message.get("from_byte")
         start = session.buffer.oldest_byte if from_byte is None else from_byte
         self.fanout.subscribe(message["id"], session, message["subscriber"], start,
-                              interactive=message.get("interactive", False))
+                              interactive=message.get("interactive", False), who=message.get("who", ""))
         return {"terminalId": message["id"], "fromByte": start, "oldestByte": session.buffer.oldest_byte,
                 "totalBytes": session.buffer.end, "isActive": session.is_alive, "cols": session.cols,
                 "rows": session.rows, "viewers": self.fanout.watching(message["id"])}

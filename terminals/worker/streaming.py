@@ -41,6 +41,7 @@ class Subscriber:
     # limits even where the output kept for lagging watchers reaches further back.
     replay_from: int = 0
     interactive: bool = False  # a terminal emulator that answers the program's queries itself
+    who: str = ""  # the user name behind the connection, for "who is watching"
     lagging_since: float | None = None
     undelivered: bool = False  # the channel layer failed the last send: retry, without the abandon clock
     exit_sent: bool = False
@@ -93,7 +94,8 @@ class OutputFanout:
         self.sending = asyncio.Semaphore(concurrency)
 
     def subscribe(
-        self, terminal_id: str, session: PtySession, channel: str, from_byte: int, *, interactive: bool = False
+        self, terminal_id: str, session: PtySession, channel: str, from_byte: int, *, interactive: bool = False,
+        who: str = "",
     ) -> Subscriber:
         """Starts (or restarts, from a new byte) sending a terminal's output to a channel."""
         feed = self.feeds.get(terminal_id) or self.feeds.setdefault(terminal_id, TerminalFeed.watching(session))
@@ -101,7 +103,7 @@ class OutputFanout:
         # A client resuming after a pause keeps its place in the kept output; a new one starts within the limits.
         replay_from = known.replay_from if known is not None else session.buffer.oldest_byte
         subscriber = Subscriber(channel=channel, next_byte=max(0, from_byte), interactive=interactive,
-                                replay_from=replay_from)
+                                replay_from=replay_from, who=who or (known.who if known else ""))
         feed.subscribers[channel] = subscriber
         session.on_output = lambda: self.notify(terminal_id)
         self._update_emulator(feed)
@@ -126,6 +128,12 @@ class OutputFanout:
     def watching(self, terminal_id: str) -> int:
         feed = self.feeds.get(terminal_id)
         return len(feed.subscribers) if feed else 0
+
+    def watchers(self, terminal_id: str) -> list[dict]:
+        """Who watches: each connection's user, and whether it is a terminal that types (else a view or a stream)."""
+        feed = self.feeds.get(terminal_id)
+        subscribers = feed.subscribers.values() if feed else ()
+        return [{"user": sub.who, "mode": "interactive" if sub.interactive else "view"} for sub in subscribers]
 
     def notify(self, terminal_id: str) -> None:
         """New output (or an exit) happened: keep it, and flush soon, once per burst."""

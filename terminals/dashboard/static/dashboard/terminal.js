@@ -93,12 +93,21 @@
   connect();
   term.focus();
 
-  const commands = document.getElementById("commands");
-  async function refreshCommands() {
-    if (!commands) return;
-    const answer = await fetch(element.dataset.commands, { credentials: "same-origin" });
-    if (answer.ok) commands.innerHTML = await answer.text();  // rendered and escaped by the server
+  // The commands the shell ran and who watches: fragments rendered (and escaped) by the server, every 3 s.
+  async function refresh(target, url) {
+    if (!target) return;
+    const answer = await fetch(url, { credentials: "same-origin" });
+    if (answer.ok) target.innerHTML = await answer.text();
   }
-  refreshCommands();
-  setInterval(refreshCommands, 3000);
+  const commands = document.getElementById("commands");
+  const watchers = document.getElementById("watchers");
+  function refreshAll() {
+    if (element.dataset.guest === "true") return;  // a shared look gets the live view alone
+    refresh(commands, element.dataset.commands);
+    refresh(watchers, element.dataset.watchers).then(() => {
+      if (viewers && watchers) viewers.textContent = String(watchers.children.length);
+    });
+  }
+  refreshAll();
+  setInterval(refreshAll, 3000);
 })();
