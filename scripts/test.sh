@@ -50,8 +50,13 @@ manifests="$(mktemp -d)"
 trap 'bash scripts/postgres.sh stop "$pg_dir"; rm -f "$pg_log"; rm -rf "$manifests"' EXIT
 sqlite_status=0
 TERMINALS_TEST_MANIFESTS="$manifests" TERMINALS_TEST_POSTGRES_URL="$pg_url" .venv/bin/python -m pytest \
-  -n "$workers" --dist loadfile --ignore tests/test_zz_no_secrets.py \
+  -n "$workers" --dist loadfile --ignore tests/test_zz_no_secrets.py --ignore tests/test_dashboard.py \
   --cov --cov-report=term "$@" || sqlite_status=$?
+# The dashboard's tests run Chromium, which takes a core: beside the parallel run it slowed that run's servers
+# past their deadlines, so they run after it, as a process of their own (folders, database, manifest).
+echo "=== the dashboard, in Chromium ==="
+PYTEST_XDIST_WORKER=dashboard TERMINALS_TEST_MANIFESTS="$manifests" .venv/bin/python -m pytest \
+  -p no:cacheprovider --cov --cov-append --cov-report=term tests/test_dashboard.py || sqlite_status=$?
 echo "=== the secrets check, over what every process of the run left ==="
 TERMINALS_TEST_MANIFESTS="$manifests" .venv/bin/python -m pytest -p no:cov -p no:cacheprovider \
   tests/test_zz_no_secrets.py || sqlite_status=$?
