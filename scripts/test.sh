@@ -43,8 +43,8 @@ DATABASE_URL="$pg_url" .venv/bin/python -m pytest -p no:cov -p no:cacheprovider 
   tests/test_restart.py tests/test_acp.py tests/test_api_limits.py tests/test_zz_no_secrets.py >"$pg_log" 2>&1 &
 pg_run=$!
 # The SQLite run spreads the test files over PYTEST_WORKERS processes (pytest-xdist): most of a test's time is
-# spent waiting on servers and shells, but beyond the cores the load pushes servers past deadlines. Each has its own servers, database and
-# folders (tests/settings.py). The secrets check then runs alone, over what every process left (tests/run_manifest.py).
+# spent waiting on servers and shells, but more processes than cores load the servers past their deadlines.
+# Each has its own servers, database and folders (tests/settings.py). The secrets check then runs alone, over what every process left (tests/run_manifest.py).
 workers="${PYTEST_WORKERS:-2}"  # three paid a minute with load flakes on 2 cores
 manifests="$(mktemp -d)"
 trap 'bash scripts/postgres.sh stop "$pg_dir"; rm -f "$pg_log"; rm -rf "$manifests"' EXIT

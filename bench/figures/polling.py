@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import socket
 import sys
 import time
 
@@ -93,8 +94,20 @@ def _start_floor(service, body_bytes: int):
                               FLOOR_BODY_BYTES=str(max(0, body_bytes - 45)), TERMINALS_ACCESS_LOG="false")
     process = servers.ServiceProcess("floor", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
                                                "bench.floor.asgi:application"], env)
-    process.wait_for_log("Listening on")
-    return process, f"http://127.0.0.1:{port}"
+    url = f"http://127.0.0.1:{port}"
+    # The service's logging settings quiet daphne's own start-up lines: wait for the port to answer instead.
+    servers.wait_for(lambda: _answers(url) or not process.alive(), servers.START_TIMEOUT, "the floor to answer")
+    if not process.alive():
+        raise RuntimeError(f"the floor exited:\n{process.log()[-2000:]}")
+    return process, url
+
+
+def _answers(url: str) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=1):
+            return True
+    except OSError:
+        return False
 
 
 async def _timed_get(http, url: str, params) -> float:
