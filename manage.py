@@ -6,6 +6,9 @@ import sys
 
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    from config.lean import leave_out_unused
+
+    leave_out_unused(sys.argv)
     from django.core.management import execute_from_command_line
 
     execute_from_command_line(sys.argv)
