@@ -309,3 +309,27 @@ def test_the_cpu_limit_holds_a_busy_loop_to_its_quota(django_db_setup, keys):
     finally:
         api.cleanup()
         server.stop()
+
+
+def test_a_worker_makes_its_control_group_again_when_it_was_removed(django_db_setup, keys):
+    """Something outside the service (a cleanup script) removes the worker's own control groups while it has no
+    terminal: the next terminal still gets created, in a group of its own with its limits."""
+    server = start_embedded()
+    api = Api(server.url, keys["alice"])
+    try:
+        first = api.create(cwd="/tmp")["terminalId"]
+        parents = {path.parent for path in _terminal_groups(first)}
+        assert parents, "the terminal has no control group"
+        assert api.delete(f"/api/terminals/{first}").status_code == 200
+        api.created.remove(first)
+        wait_for(lambda: not _terminal_groups(first), 10, "the first terminal's control groups removed")
+        for parent in parents:
+            parent.rmdir()
+        second = api.create(cwd="/tmp")["terminalId"]
+        result = api.command(second, "cat /proc/self/cgroup", timeoutMs=10_000)
+        assert result["exitCode"] == 0 and f"/{second}" in result["output"], result
+        (group,) = [path for path in _terminal_groups(second) if path.parent.parent.name == "pids"]
+        assert (group / "pids.max").read_text().strip() == str(django_settings.TERMINALS["LIMIT_PROCESSES"])
+    finally:
+        api.cleanup()
+        server.stop()

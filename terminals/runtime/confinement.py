@@ -146,7 +146,13 @@ class Cgroups:
         procs = []
         for directory in self.directories:
             group = directory / terminal
-            group.mkdir(exist_ok=True)
+            try:
+                group.mkdir(exist_ok=True)
+            except FileNotFoundError:
+                # The worker's own group is gone (a cleanup outside the service removed it while it had no
+                # terminal): make it again, as at start, rather than fail every creation from now on.
+                self._restore(directory)
+                group.mkdir(exist_ok=True)
             procs.append(str(group / "cgroup.procs"))
         for controller, directory in self.controllers.items():
             group = directory / terminal
@@ -164,6 +170,14 @@ class Cgroups:
                 else:
                     _write(group / "cpu.max", f"{quota} {CPU_PERIOD_US}")
         return procs
+
+    def _restore(self, directory: Path) -> None:
+        directory.mkdir(exist_ok=True)
+        controllers = [controller for controller, parent in self.controllers.items() if parent == directory]
+        if self.version == 2:
+            _enable(directory, controllers)
+        elif "cpu" in controllers:
+            _write(directory / "cpu.shares", "1024")
 
     def members(self, terminal: str) -> list[int]:
         pids: set[int] = set()
