@@ -2,15 +2,32 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 
 from .servers import ROOT, service_env
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+async def eventually(probe, what: str = "a condition", timeout: float = 10.0, interval: float = 0.02):
+    """Awaits until probe() (plain or async) answers something true, which it returns; fails naming what once
+    timeout seconds have passed. The probes are interval seconds apart, within the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = probe()
+        if inspect.isawaitable(found):
+            found = await found
+        if found:
+            return found
+        assert time.monotonic() < deadline, f"timed out after {timeout:g} s waiting for {what}"
+        await asyncio.sleep(interval)
 
 
 def clean(line: str) -> str:

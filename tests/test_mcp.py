@@ -16,6 +16,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from terminals.models import AuditEvent
 
+from .helpers import eventually
 
 SEED_001 = {  # tool: (properties and their JSON types, required), as the PRD defines them
     "create_tab": ({"name": "string", "cwd": "string", "env": "object", "login": "boolean"}, []),
@@ -41,15 +42,6 @@ async def connect(url: str, key: str | None, path: str = "/mcp", **headers):
 
 def run(scenario):
     return asyncio.run(asyncio.wait_for(scenario, 120))
-
-
-async def eventually(probe, what: str, timeout: float = 20.0):
-    """Awaits probe() until it answers something true, which it returns; fails naming what after timeout seconds."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not (found := await probe()):
-        assert asyncio.get_running_loop().time() < deadline, f"timed out after {timeout:g} s waiting for {what}"
-        await asyncio.sleep(0.1)  # the interval between two probes, within the deadline above
-    return found
 
 
 def data(answer) -> dict:
@@ -134,7 +126,7 @@ async def wait_logs(call, tab: str, needle: str) -> None:
     async def shown():
         return needle in (await call("read_logs_from_tab", window_id=tab, lines=20, strip_ansi=True))["content"]
 
-    await eventually(shown, f"{needle!r} in tab {tab}")
+    await eventually(shown, f"{needle!r} in tab {tab}", timeout=20.0)
 
 
 def cleanup(server, key: str, terminals: list[str]) -> None:
@@ -308,7 +300,7 @@ def test_a_client_gone_mid_call_leaves_the_terminal_usable(server, keys):
             async def finished():
                 found = data(await client.call_tool("read_output", {"terminal_id": terminal}))
                 return "finished\n" in found["output"].replace("echo finished", "")
-            await eventually(finished, "the command the client left to finish")
+            await eventually(finished, "the command the client left to finish", timeout=20.0)
             again = data(await client.call_tool("run_command", {"terminal_id": terminal, "command": "echo next"}))
         return terminal, again
 

@@ -14,6 +14,7 @@ from terminals.runtime.errors import SessionLimitReached, SessionNotFound
 from terminals.runtime.manager import Limits, SessionManager
 from terminals.runtime.pty import ExitStatus, SpawnSpec
 
+from .helpers import eventually
 from .runtime_support import kill_all
 
 PROMPT = "READY$ "
@@ -43,14 +44,6 @@ def run(scenario: Callable[[], object], timeout: float = 30.0) -> None:
         await asyncio.wait_for(scenario(), timeout)
 
     asyncio.run(bounded())
-
-
-async def wait_until(predicate: Callable[[], bool], *, timeout: float = 10.0, what: str = "a condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 def output_of(manager: SessionManager, session_id: str) -> str:
@@ -169,7 +162,7 @@ def test_manager_idle_sessions_follow_the_injected_clock():
             session.write(b"hello\n")  # input is activity
             assert session.last_activity == 1060.5
             assert manager.idle_sessions() == []
-            await wait_until(lambda: output_of(manager, "quiet").count("hello") == 2, what="the echo")
+            await eventually(lambda: output_of(manager, "quiet").count("hello") == 2, what="the echo")
             clock.now = 1121.0
             assert manager.idle_sessions() == ["quiet"]
         finally:
@@ -192,7 +185,7 @@ def test_manager_idle_sessions_count_output_as_activity(tmp_path):
             clock.now = 2000.0
             assert manager.idle_sessions() == ["waiting"]
             flag.touch()
-            await wait_until(lambda: "woke" in output_of(manager, "waiting"), what="the output")
+            await eventually(lambda: "woke" in output_of(manager, "waiting"), what="the output")
             assert manager.get("waiting").last_activity == 2000.0
             assert manager.idle_sessions() == []
         finally:
@@ -230,12 +223,12 @@ def test_manager_reports_a_process_that_exits_by_itself():
         manager = SessionManager(on_exit=lambda session_id, status: reports.append((session_id, status)))
         try:
             manager.create("exits", spec(["sh", "-c", "exit 3"]))
-            await wait_until(lambda: len(reports) == 1, what="the first report")
+            await eventually(lambda: len(reports) == 1, what="the first report")
             assert reports == [("exits", ExitStatus(exit_code=3, signal=None))]
 
             killed = manager.create("killed", spec(["sleep", "600"]))
             os.kill(killed.pid, 9)
-            await wait_until(lambda: len(reports) == 2, what="the second report")
+            await eventually(lambda: len(reports) == 2, what="the second report")
             assert reports[1] == ("killed", ExitStatus(exit_code=None, signal="SIGKILL"))
             assert "exits" in manager  # an ended terminal stays until it is released
         finally:
@@ -253,7 +246,7 @@ def test_manager_does_not_report_a_terminal_it_ends():
         manager = SessionManager(on_exit=lambda session_id, status: reports.append((session_id, status)))
         session = manager.create("ended", spec(BASH))
         try:
-            await wait_until(lambda: PROMPT in output_of(manager, "ended"), what="the prompt")
+            await eventually(lambda: PROMPT in output_of(manager, "ended"), what="the prompt")
             status = await manager.terminate("ended", grace=5.0)
             assert status == ExitStatus(exit_code=None, signal="SIGHUP")
             assert "ended" not in manager
@@ -281,10 +274,10 @@ def test_manager_shutdown_ends_every_terminal():
         program = manager.create("program", spec(["sleep", "600"]))
         pids = [shell.pid, dash.pid, program.pid]
         try:
-            await wait_until(lambda: PROMPT in output_of(manager, "bash"), what="the bash prompt")
-            await wait_until(lambda: PROMPT in output_of(manager, "dash"), what="the dash prompt")
+            await eventually(lambda: PROMPT in output_of(manager, "bash"), what="the bash prompt")
+            await eventually(lambda: PROMPT in output_of(manager, "dash"), what="the dash prompt")
             shell.write(b"sleep 300 &\n")
-            await wait_until(
+            await eventually(
                 lambda: any(command_name(pid) == "sleep" for pid in processes.session_members(shell.pid)),
                 what="the background job",
             )
@@ -317,9 +310,9 @@ def test_manager_shutdown_ends_the_jobs_of_a_shell_that_already_exited():
         manager = SessionManager()
         shell = manager.create("bash", spec(BASH))
         try:
-            await wait_until(lambda: PROMPT in output_of(manager, "bash"), what="the prompt")
+            await eventually(lambda: PROMPT in output_of(manager, "bash"), what="the prompt")
             shell.write(b"sleep 300 &\n")
-            await wait_until(
+            await eventually(
                 lambda: any(command_name(pid) == "sleep" for pid in processes.session_members(shell.pid)),
                 what="the background job",
             )

@@ -3,14 +3,13 @@ it, and its other terminals and its clean stop go on as before. Run in this proc
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 import uuid
 
 from terminals.models import AuditEvent, TerminalSession, Worker
 
 from .conftest import make_key
+from .helpers import eventually
 from .runtime_support import gone
 from .test_worker import create_message, run, with_worker
 
@@ -22,13 +21,6 @@ def delete_record(terminal_id: str) -> None:
     TerminalSession.objects.filter(pk=terminal_id).delete()
 
 
-async def until(predicate, what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
-
-
 def test_heartbeat_ends_a_terminal_whose_record_was_deleted_and_the_rest_go_on(orm, caplog):
     owner, _ = make_key()
     caplog.set_level(logging.WARNING)
@@ -38,11 +30,11 @@ def test_heartbeat_ends_a_terminal_whose_record_was_deleted_and_the_rest_go_on(o
         other = await worker.handle_create(create_message(owner))
         await worker.database.run(lambda: delete_record(orphan["terminalId"]))
         await worker.beat()
-        await until(lambda: orphan["terminalId"] not in worker.manager and gone(orphan["pid"]),
+        await eventually(lambda: orphan["terminalId"] not in worker.manager and gone(orphan["pid"]),
                     "the orphaned terminal to be ended")
         written = await worker.handle_input({"id": other["terminalId"], "data": "echo still-$((40+2))\n"})
         assert written["bytesWritten"] > 0
-        await until(lambda: "still-42" in worker.manager.get(other["terminalId"]).buffer.text_between(0, None)[0],
+        await eventually(lambda: "still-42" in worker.manager.get(other["terminalId"]).buffer.text_between(0, None)[0],
                     "the other terminal to answer")
         return orphan, other, worker.id
 

@@ -21,11 +21,11 @@ from tests import servers
 from ..common import log, ms, percentile, scaled
 from ..results import FigureResult, Target, attempt
 from ..service import running
+from .rest_load import FEED, busy_terminals
 
 TITLE = "10. Polling: the floor and open loop"
 FLOOR_PANEL = "10. A tail poll and the framework floor"
 OPEN_PANEL = "10. Open-loop tail polls (latency from the due time)"
-FEED = "seq 1 5000; while :; do echo tick $RANDOM; read -t 0.2 -r _; done"
 RATE = 2.0  # polls per second per client
 
 
@@ -121,10 +121,7 @@ async def _timed_get(http, url: str, params) -> float:
 
 async def _open_loop(mode: str, clients: int, seconds: float) -> dict:
     async with running(mode) as service, service.rest(connections=clients + 8) as rest:
-        busy = [await rest.create() for _ in range(clients)]
-        for terminal in busy:
-            await rest.wait_for_prompt(terminal)
-            await rest.type(terminal, FEED + "\r")
+        busy = await busy_terminals(rest, clients)
         await asyncio.sleep(1.0)
         calm = await _open_phase(rest, busy, seconds)
         log(f"{mode}: open-loop p99 {calm['p99']:.1f} ms ({calm['late']} polls started late)")

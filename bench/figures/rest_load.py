@@ -58,6 +58,15 @@ async def measure(modes: list[str]) -> FigureResult:
     return result
 
 
+async def busy_terminals(rest, count: int) -> list[str]:
+    """count shell terminals, each running FEED (5,000 lines, then a line every 0.2 s)."""
+    busy = [await rest.create() for _ in range(count)]
+    for terminal in busy:
+        await rest.wait_for_prompt(terminal)
+        await rest.type(terminal, FEED + "\r")
+    return busy
+
+
 def summary(seconds: list[float], duration: float) -> dict:
     samples = ms(seconds)
     return {
@@ -70,10 +79,7 @@ def summary(seconds: list[float], duration: float) -> dict:
 
 async def _ours(mode: str, clients: int, seconds: float) -> dict:
     async with running(mode) as service, service.rest(connections=clients + 8) as rest:
-        busy = [await rest.create() for _ in range(clients)]
-        for terminal in busy:
-            await rest.wait_for_prompt(terminal)
-            await rest.type(terminal, FEED + "\r")
+        busy = await busy_terminals(rest, clients)
         errors = [0]
         calm = await _poll_phase(rest, busy, seconds, errors)
         log(f"{mode}: calm polling p99 {calm['p99']:.1f} ms, {calm['rps']:.0f}/s")

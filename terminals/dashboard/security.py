@@ -31,10 +31,14 @@ def with_policy(response):
     return response
 
 
-def page(view):
-    """A dashboard page: for logged-in users only (others go to the login page), with the policy above."""
-    @login_required
+def with_headers(view):
+    """The view, its answers carrying the policy above."""
     @wraps(view)
     def secured(request, *args, **kwargs):
         return with_policy(view(request, *args, **kwargs))
     return secured
+
+
+def page(view):
+    """A dashboard page: for logged-in users only (others go to the login page), with the policy above."""
+    return login_required(with_headers(view))

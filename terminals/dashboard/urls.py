@@ -4,22 +4,16 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from . import views
-from .security import with_policy
+from .security import with_headers
 
 app_name = "dashboard"
 
 
-def _secured(view):
-    def secured(request, *args, **kwargs):
-        return with_policy(view(request, *args, **kwargs))
-    return secured
-
-
 urlpatterns = [
     path("", views.terminal_list, name="terminals"),
-    path("login/", _secured(auth_views.LoginView.as_view(template_name="dashboard/login.html",
+    path("login/", with_headers(auth_views.LoginView.as_view(template_name="dashboard/login.html",
                                                           redirect_authenticated_user=True)), name="login"),
-    path("logout/", _secured(auth_views.LogoutView.as_view(next_page="dashboard:login")), name="logout"),
+    path("logout/", with_headers(auth_views.LogoutView.as_view(next_page="dashboard:login")), name="logout"),
     path("terminals/new", views.terminal_create, name="terminal_create"),
     path("terminals/<uuid:terminal_id>/", views.terminal_page, name="terminal"),
     path("terminals/<uuid:terminal_id>/end", views.terminal_end, name="terminal_end"),
