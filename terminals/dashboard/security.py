@@ -32,8 +32,10 @@ def with_policy(response):
 
 
 def with_headers(view):
-    """The view, its answers carrying the policy above."""
-    @wraps(view)
+    """The view, its answers carrying the policy above. Its name and docstring are kept, not its attributes: a
+    class-based view's view_class stays its own, so the API's route checks do not take a login page for an API
+    view."""
+    @wraps(view, updated=())
     def secured(request, *args, **kwargs):
         return with_policy(view(request, *args, **kwargs))
     return secured
