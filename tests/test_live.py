@@ -566,7 +566,7 @@ def test_live_terminal_keeps_running_after_every_client_left(orm, server, client
     # A close detaches asynchronously; each consumer audits its detach once the worker has confirmed it.
     detached = AuditEvent.objects.filter(terminal_id=terminal, action="detach")
     expected = len(web_urls(server)) * 2
-    wait_for(lambda: detached.count() >= expected, 10, f"{expected} detaches")
+    wait_for(lambda: detached.count() >= expected, 30, f"{expected} detaches")  # a deadline only; 10 s ran out under load
     assert run(come_back()).attached["viewers"] == 1  # the earlier subscribers are gone
 
 
