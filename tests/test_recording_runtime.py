@@ -70,6 +70,34 @@ def test_the_size_cap_holds_and_is_marked(tmp_path):
     assert written[-1][1] == "m" and "size cap of 2000 bytes" in written[-1][2]
     assert sum(1 for event in written if event[1] == "m") == 1
     assert path.stat().st_size <= 2000 + len(json.dumps(written[-1])) + 1
-    assert recording.capped and recording.dropped_events == 100 - (len(written) - 1) + 1
+    # Output after the cap is not even kept in memory until the next flush.
+    assert recording.capped and recording.dropped_events == 100 - (len(written) - 1)
     replayed = subprocess.run([ASCIINEMA, "cat", str(path)], capture_output=True, check=True).stdout
     assert replayed.startswith(b"line 000 ") and b"later" not in replayed
+
+
+def test_output_faster_than_the_flusher_is_dropped_beyond_the_pending_bound_and_marked(tmp_path, monkeypatch):
+    from terminals.runtime import recording as module
+
+    monkeypatch.setattr(module, "PENDING_LIMIT", 1000)
+    path = tmp_path / "flood.cast"
+    recording = Recording(str(path), cols=80, rows=24, started=0.0)
+    for number in range(30):
+        recording.output(b"y\n" * 50, at=number * 0.001)  # 100 bytes each: ten fit
+    events_taken = recording.take()  # on the loop: the list only
+    assert len(events_taken) == 11 and recording.take() == []
+    recording.write(events_taken)  # in a thread, later
+    _, written = events(path)
+    assert [event[1] for event in written].count("o") == 10
+    assert written[-1][1:] == ["m", "recording skipped 2000 bytes of output: it arrived faster than it could be written"]
+
+
+def test_the_exit_comes_after_the_last_bytes_and_only_once(tmp_path):
+    path = tmp_path / "exit.cast"
+    recording = Recording(str(path), cols=80, rows=24, started=0.0)
+    recording.output("\u20ac".encode()[:2], at=0.1)  # cut short by the exit: replaced, not lost silently
+    recording.exit(None, "SIGKILL", at=0.2)
+    recording.exit(0, None, at=0.3)
+    recording.flush()
+    _, written = events(path)
+    assert written == [[0.2, "o", "\ufffd"], [0.2, "m", "exit SIGKILL"]]

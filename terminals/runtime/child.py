@@ -80,6 +80,7 @@ class ChildProcess:
         self.exit_status: ExitStatus | None = None
         self.terminating = False  # ended on request, so its exit is the requester's to record
         self.on_output: Callable[[], None] | None = None  # told of new output while clients watch
+        self.recording = None  # a recording.Recording that gets what the buffer gets, when the terminal is recorded
         self.confined_members: Callable[[], list[int]] = list  # the processes in its control groups, if any
         self.confines: Callable[[int], bool] = lambda pid: False  # whether a process is in its control groups now
         self.started_at = clock()
@@ -102,6 +103,12 @@ class ChildProcess:
         return self._exited.is_set()
 
     # Output
+
+    def _keep(self, data: bytes) -> None:
+        """Stores output as clients read it (shell markers already taken out), and records it when recorded."""
+        self.buffer.append(data)
+        if self.recording is not None:
+            self.recording.output(data, self.last_activity)
 
     def _output_arrived(self) -> None:
         if self._output_seen is not None:

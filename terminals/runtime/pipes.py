@@ -106,7 +106,8 @@ class PipeSession(ChildProcess):
         self.last_activity = self._clock()
         for buffer in (self.buffer, self.buffer_for(name)):
             buffer.mark_time(self.last_activity)
-            buffer.append(data)
+        self._keep(data)
+        self.buffer_for(name).append(data)
         self._output_arrived()
 
     def _on_eof(self, name: str) -> None:

@@ -139,7 +139,7 @@ class PtySession(ChildProcess):
 
     def _ingest(self, data: bytes) -> None:
         """Takes output in; subclasses look into it first."""
-        self.buffer.append(data)
+        self._keep(data)
         self._answer_queries(data)
 
     def _answer_queries(self, data: bytes) -> None:

@@ -132,9 +132,9 @@ class ShellSession(PtySession):
         for piece in self._markers.feed(data):
             if isinstance(piece, Marker):
                 if not self.commands.on_marker(piece, self.buffer.end):
-                    self.buffer.append(piece.raw)
+                    self._keep(piece.raw)
             else:
-                self.buffer.append(piece)
+                self._keep(piece)
         self._answer_queries(data)
 
     def _refusal_start(self, record: Command, prompt_at: int) -> int:
@@ -151,7 +151,7 @@ class ShellSession(PtySession):
 
     def _report_exit(self) -> None:
         if not self._exit_reported:
-            self.buffer.append(self._markers.flush())
+            self._keep(self._markers.flush())
             status = self.exit_status
             if status is not None:
                 self.commands.on_shell_exit(status.exit_code, status.signal, self.buffer.end)
