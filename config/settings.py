@@ -268,6 +268,15 @@ TERMINALS = {
     "LIMIT_MEMORY_MB": env_int("TERMINALS_LIMIT_MEMORY_MB", 2048, minimum=0),
     "LIMIT_CPU_CORES": float(os.getenv("TERMINALS_LIMIT_CPU_CORES", "0") or 0),
     "CGROUPS": env_bool("TERMINALS_CGROUPS", True),
+    # Recording what terminals show (docs/recording.md): every terminal, or those of the users named, besides the
+    # ones created with "record": true. Files go to RECORDINGS_DIR on the host of the worker that writes them.
+    "RECORD_ALL": env_bool("TERMINALS_RECORD_ALL", False),
+    "RECORD_USERS": env_list("TERMINALS_RECORD_USERS", []),
+    "RECORD_INPUT": env_bool("TERMINALS_RECORD_INPUT", False),  # what was typed too, passwords at prompts included
+    "RECORDINGS_DIR": os.getenv("TERMINALS_RECORDINGS_DIR", str(DATA_DIR / "recordings")),
+    "RECORDING_MAX_MB": env_int("TERMINALS_RECORDING_MAX_MB", 100, minimum=0),  # 0: no cap
+    "RECORDING_RETENTION_DAYS": env_int("TERMINALS_RECORDING_RETENTION_DAYS", 90, minimum=0),  # 0: kept for ever
+    "RECORDING_FLUSH_MS": env_int("TERMINALS_RECORDING_FLUSH_MS", 1000, minimum=10),  # a crash loses at most this much
     # Embedded mode hosts terminals inside the web process; split mode (REDIS_URL) in terminal_worker processes.
     "EMBEDDED_WORKER": env_bool("TERMINALS_EMBEDDED_WORKER", not REDIS_URL),
 }

@@ -71,6 +71,14 @@ class CommandNotFound(ServiceError):
     default_detail = "Command not found"
 
 
+class RecordingNotFound(ServiceError):
+    """The terminal is not recorded, or its recording is gone."""
+
+    status_code = status.HTTP_404_NOT_FOUND
+    default_code = "RECORDING_NOT_FOUND"
+    default_detail = "This terminal has no recording"
+
+
 class InvalidInput(ServiceError):
     """A parameter is missing, malformed or out of bounds."""
 

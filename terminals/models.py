@@ -191,6 +191,7 @@ class TerminalSession(models.Model):
     ended = models.DateTimeField(null=True, blank=True)
     released = models.DateTimeField(null=True, blank=True)
     worker = models.ForeignKey(Worker, null=True, blank=True, on_delete=models.SET_NULL, related_name="terminals")
+    recorded = models.BooleanField(default=False)  # what it showed is kept as a Recording
 
     objects = TerminalSessionQuerySet.as_manager()
 
@@ -222,6 +223,29 @@ class TerminalSession(models.Model):
             TerminalSession.objects.filter(pk=self.pk, released__isnull=True).update(released=now)
         self.refresh_from_db()
         return updated == 1
+
+
+class Recording(models.Model):
+    """Where a recorded terminal's asciicast file is (each worker host keeps its own) and, once it is finished,
+    its size and SHA-256, which the audit trail holds too: a file changed afterwards no longer matches."""
+
+    terminal = models.OneToOneField(TerminalSession, on_delete=models.CASCADE, primary_key=True,
+                                    related_name="recording")
+    host = models.CharField(max_length=255)  # the hostname of the worker that writes it
+    path = models.CharField(max_length=4096)
+    record_input = models.BooleanField(default=False)
+    started = models.DateTimeField(default=timezone.now, db_index=True)
+    finished = models.DateTimeField(null=True, blank=True)
+    size = models.BigIntegerField(null=True, blank=True)
+    sha256 = models.CharField(max_length=64, blank=True)
+    capped = models.BooleanField(default=False)  # it reached its size cap
+    deleted = models.DateTimeField(null=True, blank=True)  # the retention sweep removed the file
+
+    class Meta:
+        ordering = ["-started"]
+
+    def __str__(self) -> str:
+        return f"recording of {self.terminal_id}"
 
 
 class ViewGrant(models.Model):

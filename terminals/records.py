@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from datetime import datetime, timezone as dt_timezone
+from datetime import datetime, timedelta, timezone as dt_timezone
 from typing import NamedTuple
 
 from django.conf import settings
@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from . import clock
 from .audit import SYSTEM, audit
-from .models import AuditEvent, TerminalSession, Worker
+from .models import AuditEvent, Recording, TerminalSession, Worker
 from .runtime.errors import SessionLimitReached
 from .runtime.processes import process_alive
 from .runtime.pty import ExitStatus
@@ -204,7 +204,7 @@ def session_abandon(session_id: str) -> None:
 
 
 def _session_insert(message: dict, *, worker_id: str) -> TerminalSession:
-    return TerminalSession.objects.create(
+    record = TerminalSession.objects.create(
         id=message["id"],
         owner_id=message["owner_id"],
         api_key_id=message.get("api_key_id"),
@@ -220,7 +220,13 @@ def _session_insert(message: dict, *, worker_id: str) -> TerminalSession:
         cols=message["cols"],
         rows=message["rows"],
         worker_id=worker_id,
+        recorded=bool(message.get("recording")),
     )
+    plan = message.get("recording")
+    if plan:
+        Recording.objects.create(terminal=record, host=plan["host"], path=plan["path"],
+                                 record_input=plan["record_input"])
+    return record
 
 
 def session_end(
@@ -265,6 +271,50 @@ def command_audit(terminal_id: str, command: dict, actor: dict) -> None:
     )
 
 
+def recording_finished(terminal_id: str, size: int, sha256: str, capped: bool) -> None:
+    """Seals a finished recording: its size and SHA-256 on its row and in the hash-chained audit trail."""
+    with transaction.atomic():
+        recording = Recording.objects.filter(pk=terminal_id).first()
+        if recording is None:
+            return  # the terminal's record was deleted meanwhile
+        Recording.objects.filter(pk=terminal_id).update(finished=timezone.now(), size=size, sha256=sha256,
+                                                        capped=capped)
+        audit(SYSTEM, "recording_seal", terminal_id=terminal_id, host=recording.host, path=recording.path, size=size,
+              sha256=sha256, capped=capped)
+
+
+def recordings_expired(hostname: str, days: int) -> list[tuple[str, str]]:
+    """(terminal id, path) of this host's finished recordings older than days, not yet deleted."""
+    before = timezone.now() - timedelta(days=days)
+    rows = Recording.objects.filter(host=hostname, finished__lt=before, deleted__isnull=True)
+    return [(str(terminal_id), path) for terminal_id, path in rows.values_list("terminal_id", "path")[:1000]]
+
+
+def recording_deleted(terminal_id: str, days: int) -> None:
+    with transaction.atomic():
+        recording = Recording.objects.filter(pk=terminal_id, deleted__isnull=True).first()
+        if recording is None:
+            return
+        Recording.objects.filter(pk=terminal_id).update(deleted=timezone.now())
+        audit(SYSTEM, "recording_delete", terminal_id=terminal_id, host=recording.host, path=recording.path,
+              sha256=recording.sha256, reason=f"older than the retention period of {days} days")
+
+
+def recording_data(recording: Recording | None) -> dict | None:
+    """A recording as the terminal's record shows it."""
+    if recording is None:
+        return None
+    return {
+        "host": recording.host,
+        "recordsInput": recording.record_input,
+        "finished": recording.finished is not None,
+        "bytes": recording.size,
+        "sha256": recording.sha256 or None,
+        "capped": recording.capped,
+        "deleted": recording.deleted is not None,
+    }
+
+
 def window_size(record: TerminalSession) -> tuple[int | None, int | None]:
     """(cols, rows); a terminal on pipes has no window, so no size (the columns keep their defaults)."""
     return (record.cols, record.rows) if record.pty else (None, None)
@@ -287,6 +337,7 @@ def session_created_data(record: TerminalSession) -> dict:
         "pty": record.pty,
         "outputByteLimit": record.output_byte_limit,
         "sessionId": record.session_id,
+        "recorded": record.recorded,
     }
 
 
@@ -316,6 +367,7 @@ def session_data(record: TerminalSession) -> dict:
         "pty": record.pty,
         "outputByteLimit": record.output_byte_limit,
         "sessionId": record.session_id,
+        "recorded": record.recorded,
     }
 
 

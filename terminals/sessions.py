@@ -35,8 +35,8 @@ from .exceptions import (
     WorkerUnavailable,
 )
 from .keys import find_user
-from .models import TerminalSession, ViewGrant, Worker
-from .records import session_data
+from .models import Recording, TerminalSession, ViewGrant, Worker
+from .records import recording_data, session_data
 from .worker import client as worker_client
 from .worker import protocol
 
@@ -141,6 +141,8 @@ def session_detail(*, user, terminal_id, reply_within: float | None = None, shar
     find = session_get_for_viewing if shared else session_get_for
     record = find(user=user, terminal_id=terminal_id, with_owner=True)
     data = session_data(record)
+    if record.recorded:
+        data["recording"] = recording_data(Recording.objects.filter(terminal=record).first())
     if record.is_active:
         try:
             data.update(_ask_worker(record, protocol.INFO, reply_within))
@@ -276,9 +278,12 @@ def session_create(
     session_id="",
     login=False,
     host=None,
+    record=False,
 ) -> dict:
-    """Starts a shell (with login, as a login shell), or with command a program run directly (no shell in between)."""
+    """Starts a shell (with login, as a login shell), or with command a program run directly (no shell in between).
+    With record (or by the recording policy), what it shows is recorded (recordings.py)."""
     username = actor.user.get_username()
+    record = should_record(username, record)
     account = _run_as(username)
     directory = resolve_cwd(cwd, account, username=username)
     requested_env = validate_env(env or {})
@@ -311,16 +316,24 @@ def session_create(
         session_id=session_id or "",
         run_as=account.name if account is not None else "",
         username=username,
+        record=record,
         **fields,
     )
     try:
         audit(actor, "create", terminal_id=terminal_id, shell=fields["shell"], command=fields.get("command", ""),
               run_as=account.name if account is not None else "",
-              args=fields.get("args", []), cwd=directory, name=name or "", pid=data["pid"], env=sorted(requested_env))
+              args=fields.get("args", []), cwd=directory, name=name or "", pid=data["pid"], env=sorted(requested_env),
+              recorded=record)
     except AuditUnavailable:
         _discard(terminal_id)  # no terminal runs off the record
         raise
     return data
+
+
+def should_record(username: str, requested: bool) -> bool:
+    """A terminal is recorded when its creation asks, or when the policy records all, or all of its user's."""
+    config = settings.TERMINALS
+    return bool(requested) or config["RECORD_ALL"] or username in config["RECORD_USERS"]
 
 
 def _creation_channel(host: str | None) -> str:

@@ -51,6 +51,7 @@ REQUESTS: dict[tuple[str, str], dict] = {
     ("api/terminals/{pk}/output/wait", "POST"): {"json": {"pattern": "{marker}", "timeoutMs": 100}},
     ("api/terminals/{pk}/kill", "POST"): {"json": {"signal": "SIGKILL"}, "owner_ends": True},
     ("api/terminals/{pk}/screen", "GET"): {},
+    ("api/terminals/{pk}/recording", "GET"): {"file": "application/x-asciicast"},
 }
 SSE = ("api/terminals/{pk}/output", "GET", {"follow": "true"})
 IGNORED_METHODS = {"head", "options", "trace"}
@@ -117,8 +118,8 @@ def callers(server, keys):
 
 
 def prepared(alice: Api) -> tuple[str, str]:
-    """A running shell of alice's with one finished command: (terminal id, command id)."""
-    terminal = alice.create(shell="/bin/bash")["terminalId"]
+    """A running, recorded shell of alice's with one finished command: (terminal id, command id)."""
+    terminal = alice.create(shell="/bin/bash", record=True)["terminalId"]
     ran = alice.post(f"/api/terminals/{terminal}/commands", json={"command": "true", "timeoutMs": 10000})
     assert ran.status_code == 200, ran.text
     return terminal, ran.json()["data"]["commandId"]
@@ -202,6 +203,9 @@ def test_owner_and_staff_reach_every_route(callers, who):
         terminal, command_id = (prepared(alice) if REQUESTS[(path, method)].get("owner_ends") else (shared, command))
         answer = send(caller, path, method, terminal, command_id, "owner")
         assert answer.status_code == 200, (who, method, path, answer.text)
+        if REQUESTS[(path, method)].get("file"):  # a file, not the JSON envelope
+            assert answer.headers["Content-Type"] == REQUESTS[(path, method)]["file"], (who, method, path)
+            continue
         assert answer.json()["success"] is True, (who, method, path, answer.text)
 
 

@@ -317,6 +317,19 @@ def _output_byte_limit(params: dict) -> int | None:
     return value
 
 
+def _record(params: dict) -> bool:
+    """`_meta: {"record": true}` asks for the terminal to be recorded (ACP leaves _meta to implementations)."""
+    meta = params.get("_meta")
+    if meta is None:
+        return False
+    if not isinstance(meta, dict):
+        raise _invalid("_meta", "must be an object")
+    value = meta.get("record", False)
+    if not isinstance(value, bool):
+        raise _invalid("_meta.record", "must be true or false")
+    return value
+
+
 def _session_id(params: dict) -> str:
     return _string(params, "sessionId", max_length=MAX_SESSION_ID)
 
@@ -339,7 +352,7 @@ def terminal_create(actor: Actor, params: dict) -> dict:
     args, env, cwd, limit = _strings(params, "args"), _env(params), _cwd(params), _output_byte_limit(params)
     created = sessions.session_create(
         actor=actor, command=command, args=args, env=env, cwd=cwd, output_byte_limit=limit,
-        session_id=session_id, pty=True, name="",
+        session_id=session_id, pty=True, name="", record=_record(params),
     )
     return {"terminalId": created["terminalId"]}
 

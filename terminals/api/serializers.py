@@ -64,6 +64,9 @@ class TerminalCreateSerializer(serializers.Serializer):
     outputByteLimit = WholeNumber(required=False, min_value=1, max_value=LARGEST_OUTPUT_BYTE_LIMIT,
                                   help_text="Keep only the newest bytes")
     sessionId = serializers.CharField(required=False, allow_blank=True, max_length=200)
+    record = serializers.BooleanField(required=False, default=False,
+                                      help_text="Record what the terminal shows (an asciicast file, GET .../recording); "
+                                                "the service's policy may record it anyway")
 
     def validate_args(self, value: list[str]) -> list[str]:
         if any("\x00" in arg for arg in value):
@@ -276,6 +279,7 @@ class TerminalCreatedSerializer(serializers.Serializer):
     pty = serializers.BooleanField()
     outputByteLimit = serializers.IntegerField(allow_null=True)
     sessionId = serializers.CharField(allow_blank=True)
+    recorded = serializers.BooleanField(help_text="What it shows is recorded (GET /api/terminals/{id}/recording)")
 
 
 class ForegroundSerializer(serializers.Serializer):
@@ -286,6 +290,16 @@ class ForegroundSerializer(serializers.Serializer):
 class WatcherSerializer(serializers.Serializer):
     user = serializers.CharField(allow_blank=True)
     mode = serializers.CharField(help_text="interactive (a terminal that types) or view")
+
+
+class RecordingSerializer(serializers.Serializer):
+    host = serializers.CharField(help_text="The worker host that keeps the file")
+    recordsInput = serializers.BooleanField(help_text="Whether what was typed is recorded too")
+    finished = serializers.BooleanField(help_text="The terminal ended and the file was sealed in the audit trail")
+    bytes = serializers.IntegerField(allow_null=True, help_text="The sealed file's size")
+    sha256 = serializers.CharField(allow_null=True, help_text="The sealed file's SHA-256, as the audit trail holds it")
+    capped = serializers.BooleanField(help_text="It reached TERMINALS_RECORDING_MAX_MB and stopped there")
+    deleted = serializers.BooleanField(help_text="The retention sweep deleted the file")
 
 
 class TerminalSerializer(serializers.Serializer):
@@ -318,6 +332,9 @@ class TerminalSerializer(serializers.Serializer):
     waitingForInput = serializers.BooleanField(required=False)
     runningCommand = serializers.DictField(required=False, allow_null=True)
     exitStatus = serializers.DictField(required=False, allow_null=True)
+    recorded = serializers.BooleanField(help_text="What it shows is recorded (GET /api/terminals/{id}/recording)")
+    recording = RecordingSerializer(required=False, allow_null=True,
+                                    help_text="The detail only: where the recording stands")
     viewers = serializers.IntegerField(required=False, help_text="Clients attached (WebSocket) or following (SSE) now")
     watchers = WatcherSerializer(many=True, required=False,
                                  help_text="Who they are: each client's user (empty for an SSE stream) and mode")

@@ -6,12 +6,12 @@ from django.http import HttpResponse, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, PolymorphicProxySerializer, extend_schema
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
-from rest_framework import exceptions, mixins, pagination, permissions, viewsets
+from rest_framework import exceptions, mixins, pagination, permissions, renderers, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from .. import json_input, sessions
+from .. import json_input, recordings, sessions
 from ..audit import Actor
 from ..exceptions import ErrorEnvelope, InvalidInput, NotFound
 from ..models import AuditEvent
@@ -36,6 +36,14 @@ def valid(serializer_class, data) -> dict:
     serializer = serializer_class(data=data)
     serializer.is_valid(raise_exception=True)
     return serializer.validated_data
+
+
+class AsciicastRenderer(renderers.JSONRenderer):
+    """Lets a client ask for the recording by its media type (Accept: application/x-asciicast); the file itself
+    goes out as it is, and an error still as the JSON envelope."""
+
+    media_type = recordings.CONTENT_TYPE
+    format = "cast"
 
 
 @extend_schema(tags=["terminals"])
@@ -199,6 +207,19 @@ class TerminalViewSet(viewsets.ViewSet):
     @action(detail=True, methods=["get"])
     def screen(self, request, pk=None):
         return ok(sessions.session_screen(actor=Actor.from_request(request), terminal_id=pk))
+
+    @extend_schema(summary="The terminal's recording, an asciicast v2 file (owner and staff; audited)",
+                   responses={(200, recordings.CONTENT_TYPE): OpenApiResponse(
+                                  OpenApiTypes.BINARY, description="asciicast v2: a JSON header line, then one JSON "
+                                  "event per line ([seconds, \"o\" | \"i\" | \"r\" | \"m\", text]); plays with "
+                                  "asciinema play, or in the dashboard"),
+                              **ERRORS})
+    @action(detail=True, methods=["get"], renderer_classes=[renderers.JSONRenderer, AsciicastRenderer])
+    def recording(self, request, pk=None):
+        playback = recordings.recording_open(actor=Actor.from_request(request), terminal_id=pk)
+        response = StreamingHttpResponse(playback.chunks, content_type=recordings.CONTENT_TYPE)
+        response["Content-Disposition"] = f'attachment; filename="{playback.filename}"'
+        return response
 
 
 def _body(request) -> dict:

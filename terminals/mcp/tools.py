@@ -125,6 +125,7 @@ class Done(TypedDict):
     ok: bool
     terminal_id: str
     exit_code: NotRequired[int | None]
+    recorded: NotRequired[bool]
 
 
 def bounded(text: str, max_chars: int) -> tuple[str, int]:
@@ -192,11 +193,15 @@ def server() -> MCPServer:
         env: Annotated[dict[str, str], Field(description="Extra environment variables")] = {},  # noqa: B006
         cols: Annotated[int, Field(ge=1, description="Columns")] = 120,
         rows: Annotated[int, Field(ge=1, description="Rows")] = 40,
+        record: Annotated[bool, Field(description="Record what it shows, for replay by its owner and staff (the "
+                                                  "service may record every terminal anyway)")] = False,
     ) -> Annotated[CallToolResult, Done]:
         created = await call(ctx, PROFILE, "create_terminal", lambda actor: sessions.session_create(
             actor=actor, shell=shell or None, command=command or None, args=args, cwd=cwd or None, env=agent_env(env),
-            cols=cols, rows=rows, name=name), creates=True)
-        return result({"ok": True, "terminal_id": created["terminalId"]}, f"terminal {created['terminalId']}")
+            cols=cols, rows=rows, name=name, record=record), creates=True)
+        recorded = " (recorded)" if created.get("recorded") else ""
+        return result({"ok": True, "terminal_id": created["terminalId"], "recorded": created.get("recorded", False)},
+                      f"terminal {created['terminalId']}{recorded}")
 
     @mcp.tool(description="List your terminals (running ones, or all with include_ended).", annotations=READ_ONLY)
     async def list_terminals(

@@ -39,6 +39,7 @@ from ..runtime.pty import MARKER_VARIABLE, ExitStatus, PtySession, SpawnSpec
 from ..runtime.shell import ShellSession, TerminalBusy
 from ..runtime.signals import kill_marked
 from . import protocol
+from .recordings import RecordingKeeper, read_chunk
 from .shapes import bytes_data, command_data, command_summary, exit_status_data, info_data, line_read_data, stats_data
 from .streaming import OutputFanout
 
@@ -297,6 +298,7 @@ class TerminalWorker:
         self.manager = SessionManager(limits=limits or limits_from_settings(), clock=clock, on_exit=self._on_exit,
                                       confinement=self.confinement)
         self.database = DatabaseQueue()
+        self.recordings = RecordingKeeper(self.database.run, clock=clock)
         # A quarter of the process's Redis connections at most, leaving the rest for requests and replies.
         self.fanout = OutputFanout(self.layer, concurrency=max(1, min(32, settings.REDIS_MAX_CONNECTIONS // 4)))
         self.ready = asyncio.Event()
@@ -327,6 +329,7 @@ class TerminalWorker:
             protocol.COMMAND_LIST: self.handle_command_list,
             protocol.ATTACH: self.handle_attach,
             protocol.DETACH: self.handle_detach,
+            protocol.RECORDING_READ: self.handle_recording_read,
         }
 
     # Running
@@ -348,6 +351,7 @@ class TerminalWorker:
         self._spawn(self._listen(protocol.CREATE_CHANNEL))
         self._spawn(self._every(settings.TERMINALS["HEARTBEAT_INTERVAL_MS"] / 1000, self.beat))
         self._spawn(self._every(settings.TERMINALS["SWEEP_INTERVAL_MS"] / 1000, self.sweep_idle))
+        self._spawn(self._every(settings.TERMINALS["RECORDING_FLUSH_MS"] / 1000, self.recordings.flush))
         _RUNNING.add(self)
         self.ready.set()
         logger.info("terminal worker %s listening on %s", self.id, self.channel)
@@ -480,6 +484,9 @@ class TerminalWorker:
     # Requests
 
     async def handle_create(self, message: dict) -> dict:
+        plan = RecordingKeeper.plan(message, self.hostname)
+        if plan is not None:
+            message = {**message, "recording": plan}
         await self.database.run(lambda: records.session_reserve(message, worker_id=self.id))
         try:
             session = await self._start(message)
@@ -501,10 +508,20 @@ class TerminalWorker:
             raise InvalidRequest(f"cwd: {spec.cwd!r} cannot be entered by account {account.name!r}",
                                  fields={"cwd": [f"cannot be entered by account {account.name!r}"]})
         limit = message.get("output_byte_limit")
-        return self.manager.create(
-            message["id"], spec, session_class=session_class_for(message),
-            buffer_bytes=min(limit, self.manager.limits.buffer_bytes) if limit else None, account=account,
-        )
+        plan = message.get("recording")
+        recording = self.recordings.open(message["id"], plan, spec.cols, spec.rows) if plan else None
+        try:
+            session = self.manager.create(
+                message["id"], spec, session_class=session_class_for(message),
+                buffer_bytes=min(limit, self.manager.limits.buffer_bytes) if limit else None, account=account,
+            )
+        except BaseException:
+            if recording is not None:
+                self.recordings.discard(recording)
+            raise
+        if recording is not None:
+            self.recordings.attach(message["id"], session, recording)  # before the first read: nothing is missed
+        return session
 
     async def handle_input(self, message: dict) -> dict:
         data = message["data"].encode("utf-8", errors="surrogateescape")
@@ -514,6 +531,8 @@ class TerminalWorker:
         if data:
             session.last_input_byte = session.buffer.end  # what came after this is the answer to it
             session.write(data)
+            if session.recording is not None:
+                session.recording.input(message["data"], self.manager.clock())
         if message.get("close"):
             session.close_input()
         return {"bytesWritten": len(data), "pendingBytes": session.pending_input}
@@ -564,6 +583,8 @@ class TerminalWorker:
     async def handle_resize(self, message: dict) -> dict:
         session = self.manager.get(message["id"])
         session.resize(message["cols"], message["rows"])
+        if session.recording is not None:
+            session.recording.resize(message["cols"], message["rows"], self.manager.clock())
         await self.database.run(lambda: records.session_resize(message["id"], message["cols"], message["rows"]))
         return {"terminalId": message["id"], "cols": message["cols"], "rows": message["rows"]}
 
@@ -614,6 +635,10 @@ class TerminalWorker:
     async def handle_detach(self, message: dict) -> dict:
         self.fanout.unsubscribe(message["id"], message["subscriber"])
         return {"terminalId": message["id"], "viewers": self.fanout.watching(message["id"])}
+
+    async def handle_recording_read(self, message: dict) -> dict:
+        data = await asyncio.to_thread(read_chunk, message["path"], message["offset"], message["length"])
+        return {"data": data}
 
     # Commands
 
@@ -794,6 +819,7 @@ class TerminalWorker:
                 ended += 1
             except Exception:  # noqa: BLE001 - one broken terminal must not stop the sweep
                 logger.exception("ending idle terminal %s failed", session_id)
+        await self.recordings.sweep(self.hostname)
         for session_id in self.manager.idle_sessions(ended=True):
             # Output of an ended terminal nobody read for a whole timeout is freed, so memory stays bounded.
             self.manager.release(session_id)
@@ -808,6 +834,7 @@ class TerminalWorker:
         for task in list(self._tasks):
             task.cancel()
         statuses = await self.manager.shutdown()
+        await self.recordings.flush(final=True)
         self.manager.retry_releases()
         self.confinement.cgroups.remove_parents()
         await self.database.run(lambda: records.worker_stop(self.id, statuses))

@@ -29,6 +29,7 @@ CREATE_CHANNEL = "terminals.create"
 CREATE = "terminal.create"  # id, owner_id, api_key_id, name, shell, argv, cwd, env, cols, rows,
 #                             kind ("shell" | "command"), pty, command, args, output_byte_limit, session_id,
 #                             run_as (the account, "" for the worker's own), username (the owner's)
+#                             record (whether to record it; the worker adds "recording": where, on which host)
 #                             declined (ids of the full workers that passed it on to another worker's channel)
 INPUT = "terminal.input"  # id, data (str, sent as UTF-8), close (end of input, pipes only)
 OUTPUT = "terminal.output"  # id, since, since_time (unix time), stream, read
@@ -48,6 +49,7 @@ COMMAND_WAIT = "terminal.command.wait"  # id, command_id, timeout, read
 COMMAND_LIST = "terminal.command.list"  # id
 ATTACH = "terminal.attach"  # id, subscriber (a channel), from_byte: stream the output there from from_byte (None: oldest); who: the user
 DETACH = "terminal.detach"  # id, subscriber
+RECORDING_READ = "worker.recording.read"  # path, offset, length: part of a recording file on this worker's host
 ACCOUNT = "worker.account"  # username: makes the user's own Unix account (per-user), answers its name and home
 PING = "worker.ping"  # nothing; answers the worker's id and how many terminals it hosts
 
