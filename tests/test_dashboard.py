@@ -17,7 +17,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from terminals.models import ApiKey, AuditEvent
+from terminals.models import ApiKey, AuditEvent, Recording
 
 from .servers import KEYS_MADE
 from .test_live import Live, refusal, run
@@ -343,4 +343,61 @@ def test_staff_make_a_user_who_logs_in_and_disable_them(server, browser, people)
                                                         "csrfmiddlewaretoken": session.cookies["csrftoken"]},
                           headers={"Referer": page.url}, timeout=10, allow_redirects=False)
     assert answer.status_code == 302  # logged in
+    assert console_problems(browser) == []
+
+
+def player_lines(driver) -> list[str]:
+    """The lines the recording player shows now (each coloured run is a span of its own, so no .text)."""
+    return driver.execute_script(
+        "return [...document.querySelectorAll('#player .ap-term-text .ap-line')].map(l => l.textContent.trimEnd())")
+
+
+@pytest.mark.embedded_only("the player reads the file as REST does; both deployments serve it in tests/test_recording.py")
+def test_a_recorded_terminal_plays_back_in_the_player_and_opens_from_its_audit_rows(server, browser, people, orm):
+    """Create a terminal with Record ticked, work in it, end it; the Recordings page lists it for its owner and for
+    staff, the player (vendored asciinema-player, under the player page's policy) shows its text at the end, and
+    its audit rows link to it. Another user's recording page and file answer 404."""
+    browser.set_window_size(1280, 900)
+    log_in(browser, server.url, people["alice"])
+    browser.get(f"{server.url}/")
+    browser.find_element(By.ID, "new-name").send_keys("recorded-in-browser")
+    browser.find_element(By.ID, "new-record").click()
+    browser.find_element(By.CSS_SELECTOR, "#create button[type=submit]").click()
+    until(browser, lambda: "/terminals/" in browser.current_url, "the new terminal's page")
+    until(browser, lambda: browser.find_element(By.ID, "state").text.startswith("live"), "the terminal to attach")
+    terminal = browser.current_url.rstrip("/").rsplit("/", 1)[1]
+    assert "This terminal is recorded" in browser.find_element(By.ID, "recorded").text
+    value = random.randint(1000, 9999) * 7
+    type_into(browser, f"printf '\\033[32mplayed-%s\\033[0m\\n' $(({value}/7*7))\n")
+    until(browser, lambda: f"played-{value}" in screen_text(browser), "the output in the live terminal")
+    type_into(browser, "exit\n")
+    until(browser, lambda: "ended" in browser.find_element(By.ID, "state").text, "the terminal's end")
+    until(browser, lambda: Recording.objects.filter(pk=terminal, finished__isnull=False).exists(), "the seal")
+
+    browser.get(f"{server.url}/recordings/")
+    row = browser.find_element(By.CSS_SELECTOR, f"#recordings tr[data-terminal='{terminal}']")
+    assert "sealed" in row.text
+    row.find_element(By.TAG_NAME, "a").click()
+    until(browser, lambda: browser.find_elements(By.CSS_SELECTOR, "#player .ap-term-text"), "the player")
+    duration = browser.execute_async_script(
+        "const done = arguments[arguments.length - 1]; const player = document.getElementById('player').player;"
+        "player.seek('100%').then(() => done(player.getDuration()));")
+    assert duration > 0
+    until(browser, lambda: any(f"played-{value}" in line for line in player_lines(browser)),
+          "the recorded output in the player")
+    snap(browser, "recording")
+    assert console_problems(browser) == []
+
+    browser.get(f"{server.url}/audit/?terminal={terminal}")
+    link = browser.find_element(By.CSS_SELECTOR, "#audit a.recording-link")
+    assert link.get_attribute("href").endswith(f"/recordings/{terminal}/")
+
+    log_in(browser, server.url, people["bob"])
+    for page in (f"/recordings/{terminal}/", f"/recordings/{terminal}.cast"):
+        assert requests.get(f"{server.url}{page}", cookies=_cookies(browser), timeout=10).status_code == 404
+    browser.get(f"{server.url}/recordings/")
+    assert not browser.find_elements(By.CSS_SELECTOR, f"#recordings tr[data-terminal='{terminal}']")
+    log_in(browser, server.url, people["lead"])
+    browser.get(f"{server.url}/recordings/")
+    assert browser.find_elements(By.CSS_SELECTOR, f"#recordings tr[data-terminal='{terminal}']")
     assert console_problems(browser) == []

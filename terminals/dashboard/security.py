@@ -22,6 +22,13 @@ POLICY = "; ".join([
     "base-uri 'none'",
 ])
 
+# The recording player (asciinema-player 3.x, vendored) runs its terminal emulator as WebAssembly, inlined in its
+# bundle and compiled with WebAssembly.instantiate(): Chromium blocks that under script-src 'self' alone. Its
+# 'wasm-unsafe-eval' allows compiling WebAssembly only, not eval() or new Function(). Nothing else is needed: the
+# player fetches the .cast file from our own host (connect-src 'self') and styles itself inline (style-src above).
+PLAYER_POLICY = POLICY.replace("script-src 'self'", "script-src 'self' 'wasm-unsafe-eval'", 1)
+assert PLAYER_POLICY != POLICY, "script-src in POLICY changed: PLAYER_POLICY must be rebuilt"
+
 
 def with_policy(response):
     response["Content-Security-Policy"] = POLICY
@@ -44,3 +51,13 @@ def with_headers(view):
 def page(view):
     """A dashboard page: for logged-in users only (others go to the login page), with the policy above."""
     return login_required(with_headers(view))
+
+
+def player_page(view):
+    """A dashboard page that plays recordings (player.js): as page(), but with PLAYER_POLICY."""
+    @wraps(view, updated=())
+    def secured(request, *args, **kwargs):
+        response = with_policy(view(request, *args, **kwargs))
+        response["Content-Security-Policy"] = PLAYER_POLICY
+        return response
+    return login_required(secured)

@@ -14,17 +14,17 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.core.paginator import Paginator
-from django.http import Http404, HttpResponse
+from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_POST
 
-from .. import keys, sessions
+from .. import keys, recordings, sessions
 from ..audit import Actor, client_address, last_hash, verify_chain
-from ..exceptions import InvalidInput, ServiceError, TerminalNotFound
-from ..models import ApiKey, AuditEvent, TerminalSession
+from ..exceptions import InvalidInput, RecordingNotFound, ServiceError, TerminalNotFound
+from ..models import ApiKey, AuditEvent, Recording, TerminalSession
 from ..throttling import count_creation
-from .security import page
+from .security import page, player_page
 
 STATUSES = ["active", "all", *[status for status in TerminalSession.Status.values if status != "active"]]
 AUDIT_PAGE = 50
@@ -97,7 +97,7 @@ def terminal_create(request):
             actor=actor(request), shell=(form.get("shell") or None) if kind == "shell" else None,
             command=words[0] if words else None, args=words[1:], cwd=form.get("cwd") or None,
             name=form.get("name", "")[:100], cols=_number(form.get("cols"), 120, 1, 1000),
-            rows=_number(form.get("rows"), 32, 1, 1000))
+            rows=_number(form.get("rows"), 32, 1, 1000), record=form.get("record") == "on")
     except (ServiceError, ValueError) as error:
         messages.error(request, f"Not created: {_message(error)}")
         return redirect("dashboard:terminals")
@@ -206,6 +206,12 @@ def audit_list(request):
         if moment is not None:
             events = events.filter(**{lookup: moment})
     listed = Paginator(events, AUDIT_PAGE).get_page(request.GET.get("page"))
+    # A row about a recorded terminal opens its recording.
+    terminal_ids = {event.terminal_id for event in listed if event.terminal_id}
+    recorded = set(recordings.recordings_visible_to(request.user).filter(
+        terminal_id__in=terminal_ids, deleted__isnull=True).values_list("terminal_id", flat=True))
+    for event in listed:
+        event.recorded = event.terminal_id in recorded
     query = "&".join(f"{name}={value}" for name, value in filters.items() if value)
     actions = AuditEvent.objects.visible_to(request.user).values_list("action", flat=True).distinct().order_by("action")
     return render(request, "dashboard/audit.html", {"page": listed, "filters": filters, "query": query,
@@ -218,11 +224,67 @@ def audit_verify(request):
     if not request.user.is_staff:
         raise Http404("no such page")
     count, broken = verify_chain()
+    checked, problems = recordings.verify_files()
     if broken:
         messages.error(request, f"The audit trail is broken: {broken}")
+    elif problems:
+        messages.error(request, f"The audit trail is intact, but {len(problems)} recordings do not match it: "
+                                + "; ".join(problems[:5]))
     else:
-        messages.success(request, f"The audit trail is intact: {count} events, last hash {last_hash()[:16]}")
+        messages.success(request, f"The audit trail is intact: {count} events, last hash {last_hash()[:16]}; "
+                                  f"{checked} recordings on this host match their sealed SHA-256")
     return redirect("dashboard:audit")
+
+
+# Recordings
+
+RECORDINGS_PAGE = 50
+
+
+@page
+def recording_list(request):
+    found = recordings.recordings_visible_to(request.user)
+    filters = {name: request.GET.get(name, "").strip() for name in ("user", "since", "until")}
+    if filters["user"]:
+        found = found.filter(terminal__owner__username=filters["user"])
+    for name, lookup in (("since", "started__gte"), ("until", "started__lte")):
+        moment = parse_datetime(filters[name]) if filters[name] else None
+        if moment is not None:
+            found = found.filter(**{lookup: moment})
+    listed = Paginator(found, RECORDINGS_PAGE).get_page(request.GET.get("page"))
+    query = "&".join(f"{name}={value}" for name, value in filters.items() if value)
+    return render(request, "dashboard/recordings.html", {"page": listed, "filters": filters, "query": query,
+                                                         "section": "recordings"})
+
+
+def _visible_recording(request, terminal_id) -> Recording:
+    try:
+        sessions.session_get_for(user=request.user, terminal_id=terminal_id)
+    except TerminalNotFound:
+        raise Http404("no such recording") from None
+    recording = Recording.objects.select_related("terminal__owner").filter(terminal_id=terminal_id).first()
+    if recording is None:
+        raise Http404("no such recording")
+    return recording
+
+
+@player_page
+def recording_page(request, terminal_id):
+    recording = _visible_recording(request, terminal_id)
+    return render(request, "dashboard/recording.html", {"recording": recording, "section": "recordings",
+                                                        "terminal_id": str(terminal_id)})
+
+
+@page
+def recording_file(request, terminal_id):
+    """The asciicast file, for the player (same origin, the session's login); read as the REST API reads it."""
+    try:
+        playback = recordings.recording_open(actor=actor(request), terminal_id=terminal_id)
+    except (TerminalNotFound, RecordingNotFound):
+        raise Http404("no such recording") from None
+    response = StreamingHttpResponse(playback.chunks, content_type=recordings.CONTENT_TYPE)
+    response["Content-Disposition"] = f'inline; filename="{playback.filename}"'
+    return response
 
 
 # Keys
