@@ -13,6 +13,7 @@ from terminals.runtime.manager import Limits
 from terminals.worker.consumer import TerminalWorker
 
 from .conftest import make_key
+from .helpers import eventually
 
 ENV = {"PATH": os.environ["PATH"], "PS1": "$ ", "TERM": "xterm-256color", "HOME": "/tmp"}
 
@@ -68,6 +69,10 @@ def test_sweep_ends_idle_terminals_and_marks_them_timed_out(orm):
     async def body(worker):
         idle = await worker.handle_create(create_message(owner))
         busy = await worker.handle_create(create_message(owner))
+        # Idle means quiet: a first prompt read after the clock moves would count as activity then.
+        for created in (idle, busy):
+            session = worker.manager.get(created["terminalId"])
+            await eventually(lambda session=session: session.buffer.end > 0, "the first prompt", timeout=30)
         clock.now += 30
         assert await worker.sweep_idle() == 0
         worker.manager.get(busy["terminalId"]).last_activity = clock.now
