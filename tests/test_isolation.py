@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings as django_settings
 
+from terminals.models import Recording
 from terminals.runtime.accounts import unix_name
 from tests.client import Api
 from tests.conftest import make_key
@@ -188,13 +189,18 @@ def per_user(django_db_setup, django_db_blocker):
     homes.chmod(0o755)
     with django_db_blocker.unblock():
         users = {name: make_key(name=name) for name in ("ann", "ben")}
-    server = start_embedded(TERMINALS_RUN_AS=None, TERMINALS_RUN_AS_PREFIX=prefix, TERMINALS_HOMES=str(homes))
+    # Recordings in a world-readable place of their own, so their own modes are what keeps them private.
+    recordings = Path(tempfile.mkdtemp(prefix="terminals-test-recordings-"))
+    recordings.chmod(0o755)
+    server = start_embedded(TERMINALS_RUN_AS=None, TERMINALS_RUN_AS_PREFIX=prefix, TERMINALS_HOMES=str(homes),
+                            TERMINALS_RECORDINGS_DIR=str(recordings))
     accounts = {name: unix_name(user.username, prefix) for name, (user, _) in users.items()}
     yield server, {name: key for name, (_, key) in users.items()}, accounts, homes
     server.stop()
     for account in accounts.values():
         subprocess.run(["userdel", account], check=False, capture_output=True)
     shutil.rmtree(homes, ignore_errors=True)
+    shutil.rmtree(recordings, ignore_errors=True)
 
 
 def test_each_user_gets_an_account_and_cannot_reach_the_others(per_user):
@@ -211,6 +217,21 @@ def test_each_user_gets_an_account_and_cannot_reach_the_others(per_user):
         result = ann.command(ann_terminal, f"{probe} 2>&1", timeoutMs=10_000)
         assert result["exitCode"] != 0 and refusal in result["output"], (probe, result)
     assert ben.command(ben_terminal, "echo unharmed", timeoutMs=10_000)["output"].strip() == "unharmed"
+
+
+def test_recordings_are_out_of_every_terminals_reach(per_user, orm):
+    """A recording is the service's file: neither another user's terminal nor the recorded user's own can read it."""
+    server, user_keys, accounts, homes = per_user
+    ann, ben = Api(server.url, user_keys["ann"]), Api(server.url, user_keys["ben"])
+    recorded = ann.create(record=True)["terminalId"]
+    ann.command(recorded, "echo ann-''private", timeoutMs=10_000)
+    path = Path(Recording.objects.get(pk=recorded).path)
+    wait_for(lambda: path.exists() and b"ann-private" in path.read_bytes(), 15, "the recording on disk")
+    for api in (ann, ben):
+        terminal = api.create()["terminalId"]
+        for probe in (f"cat {path}", f"ls {path.parent}", f"ls {path.parent.parent}"):
+            result = api.command(terminal, f"{probe} 2>&1", timeoutMs=10_000)
+            assert result["exitCode"] != 0 and "Permission denied" in result["output"], (probe, result)
 
 
 # The service's secrets
