@@ -268,6 +268,10 @@ TERMINALS = {
     "LIMIT_MEMORY_MB": env_int("TERMINALS_LIMIT_MEMORY_MB", 2048, minimum=0),
     "LIMIT_CPU_CORES": float(os.getenv("TERMINALS_LIMIT_CPU_CORES", "0") or 0),
     "CGROUPS": env_bool("TERMINALS_CGROUPS", True),
+    # Live keys (WebSocket input): "batched" sends printable keys at once and commits their audit rows together
+    # within 50 ms, before any key that can run anything goes out; "strict" commits a row before every frame
+    # (terminals/keystrokes.py, SECURITY.md).
+    "KEY_AUDIT": env_choice("TERMINALS_KEY_AUDIT", "batched", ("batched", "strict")),
     # Recording what terminals show (docs/recording.md): every terminal, or those of the users named, besides the
     # ones created with "record": true. Files go to RECORDINGS_DIR on the host of the worker that writes them.
     "RECORD_ALL": env_bool("TERMINALS_RECORD_ALL", False),

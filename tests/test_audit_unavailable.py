@@ -236,6 +236,36 @@ def test_websocket_input_resize_and_signal_frames_are_refused_without_effect_whe
     assert "typed-while-locked\r" not in inputs
 
 
+def test_keys_typed_while_the_audit_is_locked_run_nothing_until_they_are_on_record(service):
+    """Batched key audit (the default): printable keys go out at once and wait for their row; the Enter after them
+    is refused while their row cannot be written, so the line never reaches the program; once the lock is gone
+    the next Enter writes their row first, then its own, and only then runs the line."""
+    server, settings, username, api = service
+    terminal = start_witness(api)
+
+    async def scenario():
+        live = await Live.open(server.url, terminal, api.key)
+        with audit_locked(settings):
+            for key in "held-keys":
+                await live.send(type="input", data=key)
+            await live.until_text("held-keys")  # the terminal echoed them: they went out
+            await live.send(type="input", data="\r")
+            error = await live.next_of("error")
+            assert error["code"] == "AUDIT_UNAVAILABLE", error
+        refused_text = live.text
+        await live.send(type="input", data="\r")
+        await live.until_text("PONG held-keys ")
+        await live.close()
+        return refused_text
+
+    refused_text = run_live(scenario())
+    assert "PONG held-keys" not in refused_text, refused_text
+    inputs = [row["details"] for row in audit_rows(settings, username) if row["action"] == "input"
+              and row["terminal"] == terminal.replace("-", "") and row["outcome"] == "sent"]
+    assert [row["input"] for row in inputs] == ["held-keys", "\r"], inputs
+    assert inputs[0]["frames"] == len("held-keys")
+
+
 def test_a_websocket_whose_attach_cannot_be_audited_is_refused_with_4503_before_any_byte(service):
     """The attach is on the audit trail before the client gets its first byte; with the trail locked the connection
     is closed with 4503 and no attached or output frame, and the worker keeps no subscriber for it: the next

@@ -59,6 +59,62 @@ def test_websocket_input_is_audited_like_rest_input_before_its_bytes_reach_the_t
         api.cleanup()
 
 
+def test_typed_keys_go_out_at_once_and_are_on_record_before_the_key_that_runs_them(embedded_server, keys, orm):
+    """Batched key audit (the default, terminals/keystrokes.py): keys typed one frame each reach the shell's line at
+    once; when the command's output shows, the rows of every key of its line, Enter last, are already committed;
+    keys never followed by Enter are on record within the batch delay too."""
+    api = Api(embedded_server.url, keys["alice"])
+    try:
+        terminal = api.create(shell="/bin/bash", cols=300)["terminalId"]  # no line wrapping in the echo
+        line = "echo batched-$((3+4))"
+
+        async def scenario():
+            live = await Live.open(embedded_server.url, terminal, keys["alice"])
+            for key in line:
+                await live.send(type="input", data=key)
+            await live.send(type="input", data="\r")
+            await live.until_text("batched-7\r\n")
+            rows = await asyncio.to_thread(input_rows, terminal)  # no waiting: they must already be there
+            for key in "left-unentered":
+                await live.send(type="input", data=key)
+            await live.until_text("left-unentered")
+            await live.close()
+            return rows
+
+        rows = run(scenario())
+        texts = [row.details["input"] for row in rows]
+        assert "".join(texts) == line + "\r" and texts[-1] == "\r", texts
+        assert all(row.outcome == "sent" for row in rows)
+        assert sum(row.details.get("frames", 1) for row in rows[:-1]) == len(line)
+        wait_for(lambda: [row.details["input"] for row in input_rows(terminal)][-1] == "left-unentered", 10,
+                 "the row of keys typed without Enter")
+    finally:
+        api.cleanup()
+
+
+def test_strict_key_audit_commits_a_row_before_every_frame(django_db_setup, keys, orm):
+    """TERMINALS_KEY_AUDIT=strict: each frame has its own row before its bytes go out, as POST .../input."""
+    server = start_embedded(TERMINALS_KEY_AUDIT="strict")
+    api = Api(server.url, keys["alice"])
+    try:
+        terminal = api.create(command="cat")["terminalId"]
+
+        async def scenario():
+            live = await Live.open(server.url, terminal, keys["alice"])
+            seen = []
+            for key in "xyz":
+                await live.send(type="input", data=key)
+                await live.until_text(key)
+                seen.append([row.details["input"] for row in await asyncio.to_thread(input_rows, terminal)])
+            await live.close()
+            return seen
+
+        assert run(scenario()) == [["x"], ["x", "y"], ["x", "y", "z"]]
+    finally:
+        api.cleanup()
+        server.stop()
+
+
 def test_websocket_input_over_the_limits_gets_error_frames_audited_and_the_socket_stays_open(embedded_server, keys,
                                                                                             orm, tmp_path):
     """Over-long input and a line too long for a line-reading program get INVALID_INPUT error frames, each refusal

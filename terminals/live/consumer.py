@@ -30,6 +30,7 @@ from ..exceptions import (
     TerminalNotFound,
     WorkerUnavailable,
 )
+from ..keystrokes import KeyAudit
 from ..models import ApiKey
 from ..runtime.buffer import decode
 from ..worker import client as worker_client
@@ -123,6 +124,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             await self._detach_from_worker()
             return CLOSE_UNAVAILABLE
         self.attached = True
+        self.keys = KeyAudit(self.actor, self.terminal_id)
         self.sent_until = self.acked = self.attachment["fromByte"]
         await self._send({"type": "attached", **self.attachment, "readOnly": self.read_only})
         return None
@@ -191,6 +193,11 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             watch.cancel()
         if self.attached:
             self.attached = False
+            try:
+                await self.keys.flush()  # keys sent and not yet on record
+            except AuditUnavailable:
+                logger.error("keys typed into terminal %s before its client left could not be audited",
+                             self.terminal_id)
             await self._detach_from_worker()
             try:
                 await database_sync_to_async(audit)(self.actor, "detach", terminal_id=self.terminal_id, closeCode=code)
@@ -242,11 +249,9 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             raise InvalidInput(f"input: longer than {settings.TERMINALS['MAX_INPUT_BYTES']} bytes")
         if self.exit_offset is not None:
             raise TerminalInactive(f"Terminal {self.terminal_id} has ended")
-        # The keystroke path: the terminal and its worker are known since the attach, so
-        # a key costs one audit row (committed before the bytes go out, as for REST
-        # input) and one request to the worker from this loop, no thread hand-off.
-        await database_sync_to_async(audit)(self.actor, "input", terminal_id=self.terminal_id, outcome="sent",
-                                            input=data)
+        # The keystroke path: the terminal and its worker are known since the attach, so a key costs its audit
+        # (keystrokes.py: a row before anything that can run goes out) and one request to the worker.
+        await self.keys.before_sending(data)
         try:
             await worker_client.request(self.worker_channel, protocol.INPUT, id=self.terminal_id, data=data,
                                         close=False)
@@ -258,6 +263,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         if not (isinstance(cols, int) and isinstance(rows, int)) or cols < 1 or rows < 1 \
                 or cols > settings.TERMINALS["MAX_COLS"] or rows > settings.TERMINALS["MAX_ROWS"]:
             return await self._error("INVALID_INPUT", "resize: cols and rows must be whole numbers within bounds")
+        await self.keys.flush()  # the keys typed before it are on record before it acts
         await database_sync_to_async(sessions.session_resize)(actor=self.actor, terminal_id=self.terminal_id,
                                                               cols=cols, rows=rows)
 
@@ -268,6 +274,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         name = name if name.startswith("SIG") else "SIG" + name
         if name not in SIGNALS:
             return await self._error("INVALID_INPUT", f"signal: {name} is not one of {', '.join(SIGNALS)}")
+        await self.keys.flush()  # the keys typed before it are on record before it acts
         await database_sync_to_async(sessions.session_signal)(actor=self.actor, terminal_id=self.terminal_id, signal=name)
 
     async def _ack(self, frame: dict) -> None:
