@@ -527,3 +527,81 @@ def test_lines_evicted_by_a_read_give_their_memory_back():
     held = buffer.stats().buffer_bytes
     assert held == 10_000 * 80
     assert sys.getsizeof(buffer._data) < held * 1.05  # 1.27x before: the 2,000 dropped lines stayed allocated
+
+
+
+# Storage in chunks (small appends merged into blocks, big ones kept as they came; eviction drops chunks from the front)
+
+
+def chunk_sizes(buffer: OutputBuffer) -> list[int]:
+    return [len(chunk) for chunk in buffer._data._chunks]
+
+
+def test_buffer_reads_span_many_chunks():
+    """Lines, bytes, text and reads since a time over output held in many chunks of very different sizes."""
+    rnd = random.Random(3)
+    data = "".join(f"{number} {'é' * (number % 5)}{'x' * rnd.randint(0, 3000)}\r\n" for number in range(2000)).encode()
+    buffer = OutputBuffer(max_lines=100_000, max_bytes=BIG)
+    arrivals, position = [], 0
+    while position < len(data):
+        size = rnd.choice([1, 7, 4095, 65536, 200_000])
+        buffer.mark_time(float(position))
+        arrivals.append(position)
+        buffer.append(data[position : position + size])
+        position += size
+    assert len(chunk_sizes(buffer)) > 20
+
+    expected = [line.removesuffix(b"\r").decode() for line in data.split(b"\n")[:-1]]
+    assert buffer.read_lines(since=0, max_lines=100_000).lines == expected
+    read = buffer.read_lines(mode="head-tail", head_lines=3, tail_lines=3)
+    assert read.lines == [*expected[:3], "... [1994 lines omitted] ...", *expected[-3:]]
+    assert buffer.read_bytes(0, BIG) == (data, 0, False)
+    for start in rnd.sample(range(len(data)), 50):
+        piece, at, truncated = buffer.read_bytes(start, rnd.randint(1, 300_000), complete=True)
+        assert (at, truncated) == (start, False)
+        assert piece == data[start : start + len(piece)]
+    assert buffer.text_between(1000, 500_000) == (data[1000:500_000].decode("utf-8", "replace"), False)
+    for when in rnd.sample(range(len(data)), 20):
+        first_byte = min(offset for offset in arrivals if offset >= when) if when <= arrivals[-1] else len(data)
+        assert buffer.line_since_time(float(when)) == data[:first_byte].count(b"\n")
+
+
+def test_buffer_evicts_across_chunk_boundaries():
+    """Eviction drops whole chunks and cuts the oldest kept one mid-way: what is held is exactly the newest output,
+    with the same line numbers, and nothing dropped stays in memory."""
+    max_bytes = 300_000
+    buffer = OutputBuffer(max_lines=1_000_000, max_bytes=max_bytes)
+    data = b"".join(b"%d:%s\n" % (number, b"#" * (number % 97)) for number in range(40_000))
+    rnd = random.Random(5)
+    position = 0
+    while position < len(data):
+        chunk = data[position : position + rnd.choice([100, 4095, 65536, 150_000])]
+        buffer.append(chunk)
+        position += len(chunk)
+        stats = buffer.stats()  # a read: from now on at most the newest max_bytes are held
+        oldest = stats.oldest_byte
+        # Appending may have moved the cut on to a line start (at most 4 KiB further).
+        assert max(0, position - max_bytes) <= oldest <= max(0, position - max_bytes + 4096)
+        held = data[oldest:position]
+        assert buffer.read_bytes(oldest, BIG, complete=True) == (held, oldest, False)
+        assert sum(chunk_sizes(buffer)) == stats.buffer_bytes == len(held)
+        assert stats.oldest_line == data[:oldest].count(b"\n")
+        assert stats.total_lines == data[:position].count(b"\n") + (data[position - 1] != 0x0A)
+        assert buffer.read_lines(since=stats.oldest_line + 1, max_lines=3).lines == [
+            line.decode() for line in held.split(b"\n")[1:4]
+        ]
+    assert len(chunk_sizes(buffer)) > 3
+    assert sys.getsizeof(buffer._data) < max_bytes * 1.05
+
+
+def test_buffer_cuts_one_huge_chunk_down_to_what_it_holds():
+    """An append far bigger than the limit is kept as one chunk, cut down to the newest bytes, and the rest freed."""
+    buffer = OutputBuffer(max_lines=10, max_bytes=1 << 20)
+    huge = b"0123456789abcdef" * 625_000  # 10 MB without a newline
+    buffer.append(huge)
+    assert buffer.read_bytes(0, BIG, complete=True) == (huge[-(1 << 20) :], len(huge) - (1 << 20), True)
+    assert chunk_sizes(buffer) == [1 << 20]
+    assert sys.getsizeof(buffer._data) < (1 << 20) * 1.01
+    buffer.append(b"\nend\n")
+    assert buffer.read_lines(since=1).lines == ["end"]
+    assert buffer.stats().oldest_line == 0

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import math
+import sys
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 MODES = ("full", "head", "tail", "head-tail")
 NEWLINE = 0x0A
+# Output arrives in chunks of a few KiB (one PTY read) to about a MiB (pipe reads batched per wakeup). A chunk is
+# copied onto the newest one when both fit in a block of this size, so any two neighbours hold more than a block: a
+# buffer of 5 MiB is at most 162 chunks however small the reads, and a search over it makes that many C calls.
+BLOCK = 64 << 10
 
 
 @dataclass(frozen=True)
@@ -121,13 +127,211 @@ def shape_lines(lines: list[str], mode: str, head: int, tail: int, limit: int) -
     return result, len(shown), len(lines) - len(shown)
 
 
+def _nth_newline_in(chunk: bytes | bytearray, n: int, count: int) -> int:
+    """The offset of chunk's newline number n (from 0) of count, searched for from the nearer end."""
+    if n < count - n:
+        found = chunk.find(b"\n")
+        for _ in range(n):
+            found = chunk.find(b"\n", found + 1)
+        return found
+    found = chunk.rfind(b"\n")
+    for _ in range(count - 1 - n):
+        found = chunk.rfind(b"\n", 0, found)
+    return found
+
+
+class ChunkRing:
+    """Bytes kept as a list of chunks, read like one bytearray: len, indexing, slicing (to bytes) and newline
+    searches, at positions counted from the oldest byte held.
+
+    A bytearray that drops its front moves every byte it keeps (at once, or at its next growth); here dropping the
+    front drops whole chunks and slices at most one. Appending keeps a big chunk as it came and copies a small one
+    into the newest chunk, a bytearray while its block fills (copied once more into bytes when it is done); every
+    other chunk is bytes and never changes. Each chunk's newlines are counted once, on arrival, so dropping chunks
+    and counting lines over whole chunks scan nothing.
+    """
+
+    def __init__(self) -> None:
+        # Parallel lists, not deques: reads bisect the starts and index the chunks, and dropping from the front of
+        # a list moves a few hundred pointers, never the bytes.
+        self._chunks: list[bytes | bytearray] = []
+        self._starts: list[int] = []  # where each chunk starts, counted from the first byte ever appended here
+        self._newlines: list[int] = []  # how many newlines each chunk holds
+        self._dropped = 0  # bytes dropped from the front: where self._chunks[0] starts
+        self._length = 0
+        self.newlines = 0  # newlines held
+
+    def __len__(self) -> int:
+        return self._length
+
+    def __sizeof__(self) -> int:
+        """The memory held, chunks and their bookkeeping included, so that sys.getsizeof shows what a buffer costs."""
+        lists = (self._chunks, self._starts, self._newlines)
+        return object.__sizeof__(self) + sum(sys.getsizeof(items) + sum(map(sys.getsizeof, items)) for items in lists)
+
+    def append(self, chunk: bytes, newlines: int | None = None) -> None:
+        """Adds chunk (bytes: it is kept, not copied, unless it merges into the newest chunk); newlines is
+        chunk.count(b"\\n") when the caller has counted them already."""
+        if not chunk:
+            return
+        if newlines is None:
+            newlines = chunk.count(b"\n")
+        chunks = self._chunks
+        if chunks and len(chunks[-1]) + len(chunk) <= BLOCK:
+            newest = chunks[-1]
+            if type(newest) is bytes:
+                newest = chunks[-1] = bytearray(newest)
+            newest += chunk
+            self._newlines[-1] += newlines
+        else:
+            self._seal_newest()
+            chunks.append(chunk)
+            self._starts.append(self._dropped + self._length)
+            self._newlines.append(newlines)
+        self._length += len(chunk)
+        self.newlines += newlines
+
+    def _seal_newest(self) -> None:
+        # A filled block becomes bytes: exactly its size in memory (a grown bytearray keeps up to an eighth more),
+        # and safe to hand out without a copy.
+        if self._chunks and type(self._chunks[-1]) is bytearray:
+            self._chunks[-1] = bytes(self._chunks[-1])
+
+    def drop_front(self, count: int) -> int:
+        """Forgets the oldest count bytes and returns how many newlines went with them: the chunks they fill go,
+        and the chunk cut in two keeps its newer part."""
+        count = min(count, self._length)
+        if count <= 0:
+            return 0
+        held_before = self.newlines
+        self._dropped += count
+        self._length -= count
+        gone = bisect_right(self._starts, self._dropped) - 1  # chunks wholly before the new oldest byte
+        if not self._length:
+            gone = len(self._chunks)
+        self.newlines -= sum(self._newlines[:gone])
+        del self._chunks[:gone], self._starts[:gone], self._newlines[:gone]
+        if self._chunks and self._dropped > self._starts[0]:
+            self._trim_first(self._dropped - self._starts[0])
+        return held_before - self.newlines
+
+    def _trim_first(self, cut: int) -> None:
+        """Drops the first cut bytes of the oldest chunk."""
+        chunk = self._chunks[0]
+        # Count on the shorter side of the cut.
+        if cut <= len(chunk) // 2:
+            dropped = chunk.count(b"\n", 0, cut)
+        else:
+            dropped = self._newlines[0] - chunk.count(b"\n", cut)
+        # A copy of the rest of this one chunk, so that the dropped part is freed now.
+        self._chunks[0] = chunk[cut:]
+        self._starts[0] += cut
+        self._newlines[0] -= dropped
+        self.newlines -= dropped
+
+    # Reading
+
+    def __getitem__(self, key: int | slice) -> int | bytes:
+        """A byte, or a copy of a range as bytes (only that range is copied)."""
+        if isinstance(key, slice):
+            start, stop, step = key.indices(self._length)
+            if step != 1:
+                raise ValueError("a ChunkRing slice has no step")
+            return self.copy(start, stop)
+        position = key + self._length if key < 0 else key
+        if not 0 <= position < self._length:
+            raise IndexError("ChunkRing index out of range")
+        index, offset = self._locate(position)
+        return self._chunks[index][offset]
+
+    def copy(self, start: int, stop: int) -> bytes:
+        """The bytes in [start, stop), for 0 <= start <= stop <= len(self): self[start:stop] without its checks."""
+        if stop <= start:
+            return b""
+        index, lo = self._locate(start)
+        chunk = self._chunks[index]
+        hi = lo + stop - start
+        if hi <= len(chunk):  # within one chunk, as most lines are
+            return chunk[lo:hi] if type(chunk) is bytes else bytes(memoryview(chunk)[lo:hi])
+        chunks = self._chunks
+        return b"".join([memoryview(chunks[index])[lo:hi] for index, lo, hi, _ in self._pieces(start, stop)])
+
+    def count_newlines(self, start: int, stop: int) -> int:
+        """How many newlines [start, stop) holds (those of whole chunks were counted on arrival)."""
+        total = 0
+        for index, lo, hi, _ in self._pieces(start, stop):
+            chunk = self._chunks[index]
+            total += self._newlines[index] if lo == 0 and hi == len(chunk) else chunk.count(b"\n", lo, hi)
+        return total
+
+    def find_newline(self, start: int, stop: int | None = None) -> int:
+        """The position of the first newline in [start, stop), or -1."""
+        for index, lo, hi, base in self._pieces(start, self._length if stop is None else stop):
+            found = self._chunks[index].find(b"\n", lo, hi)
+            if found >= 0:
+                return base + found
+        return -1
+
+    def newline_positions(self, start: int, origin: int = 0) -> list[int]:
+        """The positions of the newlines at or after start, each plus origin (what the caller numbers byte 0)."""
+        positions = []
+        for index, lo, hi, base in self._pieces(start, self._length):
+            chunk, base = self._chunks[index], origin + base
+            found = chunk.find(b"\n", lo, hi)
+            while found >= 0:
+                positions.append(base + found)
+                found = chunk.find(b"\n", found + 1, hi)
+        return positions
+
+    def nth_newline(self, n: int) -> int:
+        """The position of the newline with n newlines held before it: chunks are skipped by their counts, from
+        whichever end is nearer, and only the chunk that holds it is searched."""
+        if not 0 <= n < self.newlines:
+            raise IndexError("ChunkRing has no such newline")
+        counts = self._newlines
+        if n < self.newlines - n:
+            index = 0
+            while n >= counts[index]:
+                n -= counts[index]
+                index += 1
+        else:
+            index, after = len(counts) - 1, self.newlines - 1 - n  # after: newlines held after the one wanted
+            while after >= counts[index]:
+                after -= counts[index]
+                index -= 1
+            n = counts[index] - 1 - after
+        return self._starts[index] - self._dropped + _nth_newline_in(self._chunks[index], n, counts[index])
+
+    def _locate(self, position: int) -> tuple[int, int]:
+        """(index of the chunk that holds a position, offset in it), for 0 <= position < len(self)."""
+        absolute = self._dropped + position
+        index = bisect_right(self._starts, absolute) - 1
+        return index, absolute - self._starts[index]
+
+    def _pieces(self, start: int, stop: int) -> Iterator[tuple[int, int, int, int]]:
+        """Yields (index, lo, hi, base) for the parts self._chunks[index][lo:hi] that hold [start, stop), base
+        being the position of the chunk's first byte; start and stop are clamped like a slice's."""
+        start, stop = max(start, 0), min(stop, self._length)
+        if stop <= start:
+            return
+        index, lo = self._locate(start)
+        base = start - lo
+        while base < stop:
+            size = len(self._chunks[index])
+            yield index, lo, min(size, stop - base), base
+            base += size
+            lo = 0
+            index += 1
+
+
 class OutputBuffer:
     """Keeps the newest output of one terminal.
 
     Appending only counts newlines; the positions of lines are indexed when a
-    read needs them, so a flood costs a memcpy and a memchr per chunk, not
-    Python work per line. Lines and bytes carry absolute numbers that keep
-    counting after the oldest ones are evicted.
+    read needs them, so a flood costs at most a memcpy and a memchr per chunk,
+    not Python work per line. Lines and bytes carry absolute numbers that keep
+    counting after the oldest ones are evicted. The bytes are a ChunkRing, so
+    eviction drops old chunks instead of moving the bytes kept.
     """
 
     def __init__(self, *, max_lines: int, max_bytes: int) -> None:
@@ -136,12 +340,11 @@ class OutputBuffer:
         self.max_lines = max_lines
         self.max_bytes = max_bytes
         self.copy_to: OutputBuffer | None = None  # another buffer that gets every appended byte too
-        # Eviction runs once the buffer is this far over its limit, so its cost is amortised: each one moves
-        # the bytes kept (and the next append that grows the bytearray moves them again), so a slack of an
-        # eighth copied 8-16 bytes per byte of a line-less flood. A quarter: /dev/zero ingest 57-73 -> 86-93 MB/s.
+        # Appending evicts once the buffer is this far over its limit. With a bytearray this amortised the copy
+        # of the bytes kept that every eviction cost; with chunks an eviction copies at most one chunk, but the
+        # slack stays so that appending cuts where it did (at a line start, once per slack) and readers see the same.
         self._slack = max(4096, max_bytes // 4)
-        self._data = bytearray()
-        self._front_dropped = 0  # bytes evicted since self._data was last allocated anew
+        self._data = ChunkRing()
         self._start = 0  # absolute byte number of self._data[0]
         self._first_line = 0  # absolute number of the line that holds self._data[0]
         self._head_cut = False  # the first line lost its beginning to eviction
@@ -165,14 +368,13 @@ class OutputBuffer:
         position = bisect_left(self._times, when, key=lambda mark: mark[0])
         offset = self._times[position][1] if position < len(self._times) else self.end
         offset = max(offset, self._start)
-        return self._first_line + self._data.count(b"\n", 0, offset - self._start)
+        return self._first_line + self._data.count_newlines(0, offset - self._start)
 
     # Writing
 
     def restart_at(self, offset: int) -> None:
         """Empties the buffer and numbers the next byte offset (a copy of another buffer's output)."""
-        self._data = bytearray()
-        self._front_dropped = 0
+        self._data = ChunkRing()
         self._start = self._indexed_end = offset
         self._index = array("q")
         self._times.clear()
@@ -181,11 +383,14 @@ class OutputBuffer:
     def append(self, chunk: bytes) -> None:
         if not chunk:
             return
+        if type(chunk) is not bytes:
+            chunk = bytes(chunk)  # the chunk is kept as it is: it must not change afterwards
         if self.copy_to is not None:
             # Before eviction: a burst longer than this buffer's line limit still reaches the copy whole.
             self.copy_to.append(chunk)
-        self._data += chunk
-        self._newlines += chunk.count(b"\n")
+        newlines = chunk.count(b"\n")
+        self._data.append(chunk, newlines)
+        self._newlines += newlines
         if len(self._data) > self.max_bytes + self._slack:
             self._evict_to(self.end - self.max_bytes, whole_lines=True)
 
@@ -250,7 +455,8 @@ class OutputBuffer:
         start = min(max(requested, oldest), total)
         count = total - start
         shown, gap_at, gap = choose_lines(mode, count, head_lines, tail_lines, max_lines)
-        lines = [self._line_text(start + offset) for offset in shown]
+        runs = [shown[:gap_at], shown[gap_at:]] if gap else [shown]  # the offsets shown are one or two runs
+        lines = [text for run in runs if run for text in self._line_texts(start + run[0], len(run))]
         if gap:
             lines.insert(gap_at, f"... [{gap} lines omitted] ...")
         if mode in ("tail", "head-tail"):
@@ -273,17 +479,19 @@ class OutputBuffer:
             oldest_line=oldest,
         )
 
-    def _line_text(self, number: int) -> str:
-        begin, end, finished = self._line_span(number)
-        data = self._data
-        first = number == self._first_line
-        if finished and end > begin and data[end - 1 - self._start] == 0x0D:
-            end -= 1  # the PTY ends lines with \r\n
-        return decode(
-            memoryview(data)[begin - self._start : end - self._start],
-            at_start=first and self._head_cut,
-            at_end=not finished,
-        )
+    def _line_texts(self, first: int, count: int) -> list[str]:
+        """The texts of count held lines from line number first on."""
+        # One copy out of the chunks for them all, then each line is a slice of it.
+        begin, end = self._line_span(first)[0], self._line_span(first + count - 1)[1]
+        span = self._data.copy(begin - self._start, end - self._start)
+        texts = []
+        for number in range(first, first + count):
+            line_begin, line_end, finished = self._line_span(number)
+            raw = span[line_begin - begin : line_end - begin]
+            if finished and raw.endswith(b"\r"):
+                raw = raw[:-1]  # the PTY ends lines with \r\n
+            texts.append(decode(raw, at_start=number == self._first_line and self._head_cut, at_end=not finished))
+        return texts
 
     def _line_span(self, number: int) -> tuple[int, int, bool]:
         """Returns (start byte, end byte, finished) of a held line; end excludes the newline."""
@@ -324,7 +532,7 @@ class OutputBuffer:
                 if cut == len(self._data) and cut - local_start < length and not complete:
                     cut = local_start
             local_stop = cut
-        return bytes(self._data[local_start:local_stop]), self._start + local_start, truncated
+        return self._data[local_start:local_stop], self._start + local_start, truncated
 
     def text_between(self, start: int, end: int | None) -> tuple[str, bool]:
         """Decodes the bytes from start to end (None: to the newest); truncated when some were evicted."""
@@ -339,7 +547,7 @@ class OutputBuffer:
     # Eviction and indexing
 
     def _has_partial_line(self) -> bool:
-        return bool(self._data) and self._data[-1] != NEWLINE
+        return len(self._data) > 0 and self._data[-1] != NEWLINE
 
     def _apply_limits(self) -> None:
         """Makes the oldest held byte the oldest readable one: every read calls this first, so all readers agree.
@@ -350,44 +558,16 @@ class OutputBuffer:
         excess = (self._newlines - self._first_line) - self.max_lines
         if excess > 0:
             self._evict_to(self._start_of_line(self._first_line + excess), whole_lines=False)
-            self._compact()
         if len(self._data) > self.max_bytes:
-            # Exactly the newest max_bytes: readers skip what is left of a character cut in two (_head_cut). No
-            # _compact: this drops at most the slack, which the memory bound already counts, and copying here
-            # would copy the whole buffer every few reads of a flood.
+            # Exactly the newest max_bytes: readers skip what is left of a character cut in two (_head_cut).
             self._evict_to(self.end - self.max_bytes, whole_lines=False)
 
-    def _compact(self) -> None:
-        # Dropping bytes from the front frees no memory: CPython only moves the bytearray's start. A terminal
-        # that stopped after a burst would keep that space for good (50 full 10,000-line buffers: 51 MB
-        # allocated for 40 MB of output). Reads evict lines a few at a time, so copy only once an eighth of
-        # what is held has been dropped since the last copy.
-        if self._front_dropped > max(4096, len(self._data) // 8):
-            self._data = bytearray(self._data)
-            self._front_dropped = 0
-
     def _start_of_line(self, number: int) -> int:
-        """Absolute start of a held line, scanning from whichever end of the buffer is nearer."""
-        index_count = len(self._index)
+        """Absolute start of a held line after the first: it follows newline number skip - 1 of those held."""
         skip = number - self._first_line
-        if skip <= index_count:
+        if skip <= len(self._index):
             return self._index[skip - 1] + 1
-        keep = self._newlines - number  # newlines after the start of that line
-        if skip <= keep:
-            return self._scan_forward(skip)
-        return self._scan_backward(keep)
-
-    def _scan_forward(self, newlines: int) -> int:
-        position = -1
-        for _ in range(newlines):
-            position = self._data.index(b"\n", position + 1)
-        return self._start + position + 1
-
-    def _scan_backward(self, newlines: int) -> int:
-        position = len(self._data)
-        for _ in range(newlines + 1):
-            position = self._data.rindex(b"\n", 0, position)
-        return self._start + position + 1
+        return self._start + self._data.nth_newline(skip - 1) + 1
 
     def _evict_to(self, cut: int, *, whole_lines: bool) -> None:
         """Drops every byte before the absolute offset cut (moved to a line start when one is near)."""
@@ -395,20 +575,14 @@ class OutputBuffer:
         if local <= 0:
             return
         if whole_lines:
-            newline = self._data.find(b"\n", local - 1, local + 4096)
+            newline = self._data.find_newline(local - 1, local + 4096)
             local = local if newline < 0 else newline + 1
         self._head_cut = self._data[local - 1] != NEWLINE
-        self._first_line += self._data.count(b"\n", 0, local)
-        del self._data[:local]
-        self._front_dropped += local
+        self._first_line += self._data.drop_front(local)
         self._start += local
         del self._index[: bisect_left(self._index, self._start)]
         self._indexed_end = max(self._indexed_end, self._start)
 
     def _index_new_lines(self) -> None:
-        data, index, base = self._data, self._index, self._start
-        position = data.find(b"\n", self._indexed_end - base)
-        while position >= 0:
-            index.append(base + position)
-            position = data.find(b"\n", position + 1)
+        self._index.extend(self._data.newline_positions(self._indexed_end - self._start, origin=self._start))
         self._indexed_end = self.end
