@@ -24,6 +24,8 @@ async def measure(modes: list[str]) -> FigureResult:
     ours = {}
     for mode in modes:
         ours[mode] = await attempt(f"{mode} echo", _ours, mode, count)
+    # Recording's cost (docs/recording.md), on the first deployment: the same keys into a recorded terminal.
+    recorded = await attempt(f"{modes[0]} echo recorded", _ours, modes[0], count, True)
     for key, label, target in (
         ("p50", "p50, ms", Target.ratio_at_most(1.0, "≤ terminado's (ratio ≤ 1.0)")),
         ("p99", "p99, ms", Target.ratio_at_most(2.0, "≤ 2× terminado's")),
@@ -42,6 +44,14 @@ async def measure(modes: list[str]) -> FigureResult:
         reference_name="limit",
         target=Target.note("context: the floor"),
     )
+    for key in ("p50", "p99"):
+        result.row(
+            f"{key} recorded ({modes[0]}), ms",
+            values={modes[0]: pick(recorded, key)},
+            reference=pick(ours[modes[0]], key),
+            reference_name="not recorded",
+            target=Target.ratio_at_most(1.1, "within 10% of not recorded"),
+        )
     for series, measured in (
         *((f"ours ({mode})", ours[mode]) for mode in modes),
         ("terminado", peer),
@@ -68,9 +78,9 @@ async def _echo(socket, count: int) -> dict:
     return summary(await live.keystroke_echo(socket, count))
 
 
-async def _ours(mode: str, count: int) -> dict:
+async def _ours(mode: str, count: int, record: bool = False) -> dict:
     async with running(mode) as service, service.rest() as rest:
-        socket = await live.OurSocket.open(service, await rest.create())
+        socket = await live.OurSocket.open(service, await rest.create(record=record))
         try:
             return await _echo(socket, count)
         finally:
