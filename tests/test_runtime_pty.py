@@ -465,3 +465,25 @@ def test_flood_keeps_the_buffer_bounded():
             await cleanup(session)
 
     run(scenario, timeout=40)
+
+
+def test_a_flood_nobody_reads_is_read_at_a_bounded_rate_and_at_full_speed_once_read():
+    """Two terminals run `yes` side by side on one loop. The one its worker calls unread is read at a bounded rate
+    (its program waits on the full PTY), so it takes a small share of what the read one takes in the same time;
+    once someone reads it, it is read at full speed again."""
+
+    async def scenario():
+        unread, read = spawn(["yes"]), spawn(["yes"])
+        unread.unread = lambda: True
+        try:
+            await wait_until(lambda: read.buffer.end >= 20 << 20, timeout=60, what="20 MB from the read terminal")
+            assert unread.buffer.end < 5 << 20, unread.buffer.end
+            unread.unread = lambda: False
+            start = unread.buffer.end
+            await wait_until(lambda: unread.buffer.end - start >= 20 << 20, timeout=60,
+                             what="20 MB once the terminal is read")
+        finally:
+            await cleanup(unread)
+            await cleanup(read)
+
+    run(scenario, timeout=120)

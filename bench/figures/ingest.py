@@ -107,8 +107,11 @@ async def _ingest_once(rest: Rest, terminal: str, command: str, size: int, floor
     wanted = before + size + len(command) + 2
     started = time.perf_counter()
     await rest.type(terminal, command + "\r")
-    # Polling takes the service's time too, so it starts only when the limit would be nearly done.
-    await asyncio.sleep(floor)
+    # Polling takes the service's time too, so it polls once a second (a reader waiting on the command: a flood
+    # nobody reads is read at a bounded rate) and often only when the limit would be nearly done.
+    while (left := started + floor - time.perf_counter()) > 0:
+        await asyncio.sleep(min(1.0, left))
+        await rest.stats(terminal)
     deadline = started + max(120.0, 50 * floor)
     while (await rest.stats(terminal))["totalBytes"] < wanted:
         if time.perf_counter() > deadline:

@@ -12,6 +12,7 @@ import signal
 import struct
 import subprocess
 import termios
+from collections.abc import Callable
 
 from . import processes, signals
 from .child import EXIT_DRAIN_SECONDS, MARKER_VARIABLE, MEMBER_POLL_SECONDS, ChildProcess, ExitStatus, SpawnSpec
@@ -29,6 +30,11 @@ SH = "/bin/sh"
 HANDOVER_FD = 9
 
 READS_PER_WAKEUP = 16  # a PTY read returns about 4 KiB; batching saves loop iterations
+# A terminal that floods while nobody reads it is read at a bounded rate: a wakeup that brings this much makes the
+# reader rest this long, so its program waits on its own output (as under tmux, or ttyd's flow control) instead of
+# taking the event loop, which it shares with every other terminal and the HTTP requests: at most about 1.3 MB/s.
+UNREAD_FLOOD_BYTES = 32 * 1024
+UNREAD_REST_SECONDS = 0.05
 # At most this much output is replayed to rebuild the screen (pyte takes about 0.1 s for it).
 SCREEN_REPLAY_BYTES = 64 * 1024
 # In canonical mode the kernel's line discipline holds 4096 bytes per line, the
@@ -53,6 +59,8 @@ class PtySession(ChildProcess):
         self._screen_fed = 0  # absolute byte up to which the screen mirror has seen the output
         self._query_tail = b""
         self.emulator_attached = False  # a live client's terminal emulator answers queries itself
+        self.unread: Callable[[], bool] = lambda: False  # whether nobody reads it now (the worker knows)
+        self._resting: asyncio.TimerHandle | None = None
 
     # Starting
 
@@ -132,10 +140,24 @@ class PtySession(ChildProcess):
         if chunks:
             self.last_activity = self._clock()
             self.buffer.mark_time(self.last_activity)
-            self._ingest(b"".join(chunks) if len(chunks) > 1 else chunks[0])
+            data = b"".join(chunks) if len(chunks) > 1 else chunks[0]
+            self._ingest(data)
             self._output_arrived()
+            if not at_eof and len(data) >= UNREAD_FLOOD_BYTES and self.unread():
+                self._rest(UNREAD_REST_SECONDS)
         if at_eof:
             self._on_eof()  # after storing what came with it, so an exit report sees all output
+
+    def _rest(self, seconds: float) -> None:
+        """Stops reading for a while; the PTY holds what comes meanwhile, then the program waits."""
+        if self._fd >= 0 and self._loop is not None and self._resting is None:
+            self._loop.remove_reader(self._fd)
+            self._resting = self._loop.call_later(seconds, self._wake)
+
+    def _wake(self) -> None:
+        self._resting = None
+        if self._fd >= 0 and not self._eof and self._loop is not None:
+            self._loop.add_reader(self._fd, self._on_readable)
 
     def _ingest(self, data: bytes) -> None:
         """Takes output in; subclasses look into it first."""
@@ -177,6 +199,9 @@ class PtySession(ChildProcess):
         return self._eof
 
     def _stop_reading(self) -> None:
+        if self._resting is not None:
+            self._resting.cancel()
+            self._resting = None
         if self._fd >= 0 and self._loop is not None:
             self._loop.remove_reader(self._fd)
             self._loop.remove_writer(self._fd)

@@ -262,6 +262,41 @@ class DatabaseQueue:
             self._runner.cancel()
 
 
+# A terminal nobody watches (WebSocket, SSE), nobody waits on (a command, a wait) and nobody asked about for this long
+# is unread: when it floods, its reading is bounded (runtime/pty.py), so it cannot take the loop from the others.
+UNREAD_AFTER_SECONDS = 5.0
+
+
+class Readers:
+    """Who reads a terminal, for PtySession.unread: its last request, and the requests in progress."""
+
+    def __init__(self, fanout: OutputFanout) -> None:
+        self.fanout = fanout
+        self.asked: dict[str, float] = {}
+        self.waiting: dict[str, int] = {}
+
+    def unread_check(self, terminal_id: str):
+        self.asked[terminal_id] = time.monotonic()
+        return lambda: (not self.waiting.get(terminal_id) and not self.fanout.watching(terminal_id)
+                        and time.monotonic() - self.asked.get(terminal_id, 0.0) > UNREAD_AFTER_SECONDS)
+
+    def begin(self, terminal_id: str | None) -> None:
+        if terminal_id in self.asked:
+            self.asked[terminal_id] = time.monotonic()
+            self.waiting[terminal_id] = self.waiting.get(terminal_id, 0) + 1
+
+    def end(self, terminal_id: str | None) -> None:
+        if terminal_id in self.waiting:
+            self.asked[terminal_id] = time.monotonic()
+            self.waiting[terminal_id] -= 1
+            if not self.waiting[terminal_id]:
+                del self.waiting[terminal_id]
+
+    def forget(self, terminal_id: str) -> None:
+        self.asked.pop(terminal_id, None)
+        self.waiting.pop(terminal_id, None)
+
+
 # Longer than any creation's deadline, so a second delivery always finds the first one's claim.
 CREATION_CLAIM_SECONDS = 3600
 
@@ -301,6 +336,7 @@ class TerminalWorker:
         self.recordings = RecordingKeeper(self.database.run, clock=clock)
         # A quarter of the process's Redis connections at most, leaving the rest for requests and replies.
         self.fanout = OutputFanout(self.layer, concurrency=max(1, min(32, settings.REDIS_MAX_CONNECTIONS // 4)))
+        self.readers = Readers(self.fanout)
         self.ready = asyncio.Event()
         self.stopped = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
@@ -413,12 +449,14 @@ class TerminalWorker:
                 return
             self._creating += 1  # counted before the first await, so two creations never take the last place
         handler = self._handlers.get(message.get("type", ""))
+        self.readers.begin(message.get("id"))
         try:
             if handler is None:
                 reply = protocol.reply_error("INTERNAL_ERROR", f"unknown request {message.get('type')!r}")
             else:
                 reply = await self._run_handler(handler, message)
         finally:
+            self.readers.end(message.get("id"))
             if message.get("type") == protocol.CREATE:
                 self._creating -= 1
         if message.get("reply_to"):
@@ -521,6 +559,7 @@ class TerminalWorker:
             raise
         if recording is not None:
             self.recordings.attach(message["id"], session, recording)  # before the first read: nothing is missed
+        session.unread = self.readers.unread_check(message["id"])
         return session
 
     async def handle_input(self, message: dict) -> dict:
@@ -820,6 +859,8 @@ class TerminalWorker:
             except Exception:  # noqa: BLE001 - one broken terminal must not stop the sweep
                 logger.exception("ending idle terminal %s failed", session_id)
         await self.recordings.sweep(self.hostname)
+        for terminal_id in [terminal_id for terminal_id in self.readers.asked if terminal_id not in self.manager]:
+            self.readers.forget(terminal_id)
         for session_id in self.manager.idle_sessions(ended=True):
             # Output of an ended terminal nobody read for a whole timeout is freed, so memory stays bounded.
             self.manager.release(session_id)
