@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -256,3 +257,21 @@ def test_every_interface_asks_for_a_recording_in_its_own_way(server, alice, keys
         alice.wait_status(terminal, "exited")
         sealed(alice, terminal)
         assert printed in fetch(alice, terminal).content
+
+
+def test_a_recording_survives_its_worker_being_killed_up_to_its_last_flush(django_db_setup, keys, orm):
+    """SIGKILL the embedded server (its worker with it) while a recorded terminal runs: the file keeps what was
+    flushed, whole lines that parse and replay, and no seal (the trail never vouched for it)."""
+    server = start_embedded(TERMINALS_RECORD_ALL="true", TERMINALS_RECORDING_FLUSH_MS="100")
+    api = Api(server.url, keys["bob"])
+    try:
+        terminal = api.create(shell="/bin/sh")["terminalId"]
+        api.command(terminal, "echo before-''the-crash")
+        path = Path(Recording.objects.get(pk=terminal).path)
+        wait_for(lambda: path.exists() and b"before-the-crash" in path.read_bytes(), 15, "the flushed output")
+    finally:
+        server.processes[0].stop(signal.SIGKILL)
+    header, events = parse(path.read_bytes())
+    assert header["version"] == 2 and any("before-the-crash" in event[2] for event in events if event[1] == "o")
+    assert not [event for event in events if event[1] == "m"], "no exit was recorded: the worker died first"
+    assert not AuditEvent.objects.filter(action="recording_seal", terminal_id=terminal).exists()

@@ -50,6 +50,7 @@ class Terminal(TypedDict):
     cwd: str
     exit_code: int | None
     created: str
+    recorded: bool
 
 
 class Listed(TypedDict):
@@ -140,7 +141,8 @@ def bounded(text: str, max_chars: int) -> tuple[str, int]:
 
 def _terminal(data: dict) -> dict:
     return {"terminal_id": data["terminalId"], "name": data["name"], "status": data["status"], "shell": data["shell"],
-            "command": data["command"], "cwd": data["cwd"], "exit_code": data["exitCode"], "created": data["created"]}
+            "command": data["command"], "cwd": data["cwd"], "exit_code": data["exitCode"], "created": data["created"],
+            "recorded": data.get("recorded", False)}
 
 
 def _command(ran: dict, max_chars: int, terminal_id: str) -> dict:
