@@ -13,6 +13,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from .audit import Actor, audit
+from .auth import forget_checked_keys
 from .exceptions import InvalidInput
 from .models import KEY_TYPE, ApiKey
 
@@ -55,6 +56,7 @@ def set_user(actor: Actor, username: str, *, active: bool | None = None, staff: 
             user.save(update_fields=[field for field, change in (("is_active", "active"), ("is_staff", "staff"))
                                      if change in changes])
             audit(actor, "user_change", subject=username, **changes)
+        forget_checked_keys()  # at once here; other processes within auth.KEY_CHECK_SECONDS
     return user, changes
 
 
@@ -96,4 +98,5 @@ def revoke_key(actor: Actor, record: ApiKey) -> bool:
     with transaction.atomic():
         record.revoke()
         audit(actor, "key_revoke", subject=record.user.get_username(), key=record.display_prefix)
+    forget_checked_keys()  # at once here; other processes within auth.KEY_CHECK_SECONDS
     return True
