@@ -210,3 +210,26 @@ def test_a_creation_delivered_twice_runs_once_and_answers_once(orm, cwd):
         assert reply["ok"] is True and (rows, hosted) == (1, 1)
     else:
         assert reply["ok"] is False and (rows, hosted) == (0, 0)
+
+
+def test_typing_into_a_terminal_is_not_reading_it():
+    """The worker's notion of a read terminal (its flood is then read at full speed): a request that reads or waits
+    on it, or a client watching; input, a resize or a signal is not one, and neither is being created."""
+    from terminals.worker.consumer import Readers
+
+    class NobodyWatches:
+        def watching(self, terminal_id):
+            return 0
+
+    readers = Readers(NobodyWatches())
+    unread = readers.unread_check("t")
+    assert unread()
+    for kind in (protocol.INPUT, protocol.RESIZE, protocol.SIGNAL):
+        readers.begin("t", kind)
+        assert unread(), kind
+        readers.end("t", kind)
+    assert unread()
+    readers.begin("t", protocol.STATS)
+    assert not unread()
+    readers.end("t", protocol.STATS)
+    assert not unread()  # read just now: unread again only UNREAD_AFTER_SECONDS later

@@ -30,10 +30,11 @@ SH = "/bin/sh"
 HANDOVER_FD = 9
 
 READS_PER_WAKEUP = 16  # a PTY read returns about 4 KiB; batching saves loop iterations
-# A terminal that floods while nobody reads it is read at a bounded rate: a wakeup that brings this much makes the
-# reader rest this long, so its program waits on its own output (as under tmux, or ttyd's flow control) instead of
-# taking the event loop, which it shares with every other terminal and the HTTP requests: at most about 1.3 MB/s.
-UNREAD_FLOOD_BYTES = 32 * 1024
+# A terminal that floods while nobody reads it is read at a bounded rate: one read a wake-up, and each time it has
+# brought this much the reader rests this long, so its program waits on its own output (as under tmux, or ttyd's
+# flow control) instead of taking the event loop, which it shares with every other terminal and the HTTP requests:
+# at most about 1.3 MB/s.
+UNREAD_FLOOD_BYTES = 64 * 1024
 UNREAD_REST_SECONDS = 0.05
 # At most this much output is replayed to rebuild the screen (pyte takes about 0.1 s for it).
 SCREEN_REPLAY_BYTES = 64 * 1024
@@ -61,6 +62,7 @@ class PtySession(ChildProcess):
         self.emulator_attached = False  # a live client's terminal emulator answers queries itself
         self.unread: Callable[[], bool] = lambda: False  # whether nobody reads it now (the worker knows)
         self._resting: asyncio.TimerHandle | None = None
+        self._unread_bytes = 0  # read since the last rest while nobody reads the terminal
 
     # Starting
 
@@ -124,7 +126,8 @@ class PtySession(ChildProcess):
     def _on_readable(self) -> None:
         chunks = []
         at_eof = False
-        for _ in range(READS_PER_WAKEUP):
+        unread = self.unread()
+        for _ in range(1 if unread else READS_PER_WAKEUP):
             try:
                 chunk = os.read(self._fd, 65536)
             except BlockingIOError:
@@ -143,7 +146,9 @@ class PtySession(ChildProcess):
             data = b"".join(chunks) if len(chunks) > 1 else chunks[0]
             self._ingest(data)
             self._output_arrived()
-            if not at_eof and len(data) >= UNREAD_FLOOD_BYTES and self.unread():
+            self._unread_bytes = self._unread_bytes + len(data) if unread else 0
+            if self._unread_bytes >= UNREAD_FLOOD_BYTES and not at_eof:
+                self._unread_bytes = 0
                 self._rest(UNREAD_REST_SECONDS)
         if at_eof:
             self._on_eof()  # after storing what came with it, so an exit report sees all output

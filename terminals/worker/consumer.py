@@ -268,7 +268,10 @@ UNREAD_AFTER_SECONDS = 5.0
 
 
 class Readers:
-    """Who reads a terminal, for PtySession.unread: its last request, and the requests in progress."""
+    """Who reads a terminal, for PtySession.unread: its last request, and the requests in progress. Typing into a
+    terminal, resizing or signalling it reads nothing: `yes` typed and left alone is a flood nobody reads."""
+
+    NOT_READING = frozenset({protocol.INPUT, protocol.RESIZE, protocol.SIGNAL})
 
     def __init__(self, fanout: OutputFanout) -> None:
         self.fanout = fanout
@@ -276,17 +279,17 @@ class Readers:
         self.waiting: dict[str, int] = {}
 
     def unread_check(self, terminal_id: str):
-        self.asked[terminal_id] = time.monotonic()
+        self.asked[terminal_id] = 0.0  # being created is not being read: the first read request counts
         return lambda: (not self.waiting.get(terminal_id) and not self.fanout.watching(terminal_id)
                         and time.monotonic() - self.asked.get(terminal_id, 0.0) > UNREAD_AFTER_SECONDS)
 
-    def begin(self, terminal_id: str | None) -> None:
-        if terminal_id in self.asked:
+    def begin(self, terminal_id: str | None, kind: str = "") -> None:
+        if terminal_id in self.asked and kind not in self.NOT_READING:
             self.asked[terminal_id] = time.monotonic()
             self.waiting[terminal_id] = self.waiting.get(terminal_id, 0) + 1
 
-    def end(self, terminal_id: str | None) -> None:
-        if terminal_id in self.waiting:
+    def end(self, terminal_id: str | None, kind: str = "") -> None:
+        if terminal_id in self.waiting and kind not in self.NOT_READING:
             self.asked[terminal_id] = time.monotonic()
             self.waiting[terminal_id] -= 1
             if not self.waiting[terminal_id]:
@@ -449,14 +452,14 @@ class TerminalWorker:
                 return
             self._creating += 1  # counted before the first await, so two creations never take the last place
         handler = self._handlers.get(message.get("type", ""))
-        self.readers.begin(message.get("id"))
+        self.readers.begin(message.get("id"), message.get("type", ""))
         try:
             if handler is None:
                 reply = protocol.reply_error("INTERNAL_ERROR", f"unknown request {message.get('type')!r}")
             else:
                 reply = await self._run_handler(handler, message)
         finally:
-            self.readers.end(message.get("id"))
+            self.readers.end(message.get("id"), message.get("type", ""))
             if message.get("type") == protocol.CREATE:
                 self._creating -= 1
         if message.get("reply_to"):
