@@ -26,7 +26,6 @@ from .worker import protocol
 logger = logging.getLogger(__name__)
 
 CONTENT_TYPE = "application/x-asciicast"
-CHUNK_BYTES = 256 * 1024  # as the worker answers at most (worker/recordings.py)
 
 
 @dataclass(frozen=True)
@@ -76,7 +75,7 @@ def _reading_channel(record, host: str) -> str:
 
 def _read(channel: str, path: str, offset: int) -> bytes:
     return worker_client.request_sync(channel, protocol.RECORDING_READ, path=path, offset=offset,
-                                      length=CHUNK_BYTES)["data"]
+                                      length=protocol.RECORDING_CHUNK_BYTES)["data"]
 
 
 async def _chunks(channel: str, path: str, first: bytes) -> AsyncIterator[bytes]:
@@ -85,10 +84,10 @@ async def _chunks(channel: str, path: str, first: bytes) -> AsyncIterator[bytes]
         if data:
             yield data
             offset += len(data)
-        if len(data) < CHUNK_BYTES:
+        if len(data) < protocol.RECORDING_CHUNK_BYTES:
             return
         data = (await worker_client.request(channel, protocol.RECORDING_READ, path=path, offset=offset,
-                                            length=CHUNK_BYTES))["data"]
+                                            length=protocol.RECORDING_CHUNK_BYTES))["data"]
 
 
 def recordings_visible_to(user) -> QuerySet[Recording]:

@@ -188,6 +188,15 @@ def terminal_download(request, terminal_id):
 # Audit
 
 
+def _within(rows, field: str, filters: dict):
+    """rows whose field lies between the filters' since and until (ISO 8601; a value that does not parse is ignored)."""
+    for name, lookup in (("since", "gte"), ("until", "lte")):
+        moment = parse_datetime(filters[name]) if filters[name] else None
+        if moment is not None:
+            rows = rows.filter(**{f"{field}__{lookup}": moment})
+    return rows
+
+
 @page
 def audit_list(request):
     events = AuditEvent.objects.visible_to(request.user).order_by("-id")
@@ -201,10 +210,7 @@ def audit_list(request):
         events = events.filter(outcome=filters["outcome"])
     if filters["terminal"]:
         events = events.filter(terminal_id=filters["terminal"]) if _is_uuid(filters["terminal"]) else events.none()
-    for name, lookup in (("since", "at__gte"), ("until", "at__lte")):
-        moment = parse_datetime(filters[name]) if filters[name] else None
-        if moment is not None:
-            events = events.filter(**{lookup: moment})
+    events = _within(events, "at", filters)
     listed = Paginator(events, AUDIT_PAGE).get_page(request.GET.get("page"))
     # A row about a recorded terminal opens its recording.
     terminal_ids = {event.terminal_id for event in listed if event.terminal_id}
@@ -247,10 +253,7 @@ def recording_list(request):
     filters = {name: request.GET.get(name, "").strip() for name in ("user", "since", "until")}
     if filters["user"]:
         found = found.filter(terminal__owner__username=filters["user"])
-    for name, lookup in (("since", "started__gte"), ("until", "started__lte")):
-        moment = parse_datetime(filters[name]) if filters[name] else None
-        if moment is not None:
-            found = found.filter(**{lookup: moment})
+    found = _within(found, "started", filters)
     listed = Paginator(found, RECORDINGS_PAGE).get_page(request.GET.get("page"))
     query = "&".join(f"{name}={value}" for name, value in filters.items() if value)
     return render(request, "dashboard/recordings.html", {"page": listed, "filters": filters, "query": query,

@@ -550,7 +550,7 @@ class TerminalWorker:
                                  fields={"cwd": [f"cannot be entered by account {account.name!r}"]})
         limit = message.get("output_byte_limit")
         plan = message.get("recording")
-        recording = self.recordings.open(message["id"], plan, spec.cols, spec.rows) if plan else None
+        recording = self.recordings.open(plan, spec.cols, spec.rows) if plan else None
         try:
             session = self.manager.create(
                 message["id"], spec, session_class=session_class_for(message),

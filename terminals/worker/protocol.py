@@ -50,6 +50,7 @@ COMMAND_LIST = "terminal.command.list"  # id
 ATTACH = "terminal.attach"  # id, subscriber (a channel), from_byte: stream the output there from from_byte (None: oldest); who: the user
 DETACH = "terminal.detach"  # id, subscriber
 RECORDING_READ = "worker.recording.read"  # path, offset, length: part of a recording file on this worker's host
+RECORDING_CHUNK_BYTES = 256 * 1024  # the most one RECORDING_READ answers, well under a channel message's size
 ACCOUNT = "worker.account"  # username: makes the user's own Unix account (per-user), answers its name and home
 PING = "worker.ping"  # nothing; answers the worker's id and how many terminals it hosts
 

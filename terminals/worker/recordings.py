@@ -22,10 +22,10 @@ from django.conf import settings
 from .. import records
 from ..runtime.errors import TerminalError
 from ..runtime.recording import Recording, digest
+from . import protocol
 
 logger = logging.getLogger(__name__)
 
-READ_CHUNK_BYTES = 256 * 1024  # what one RECORDING_READ request returns at most, well under a channel message's size
 
 
 class RecordingNotFound(TerminalError):
@@ -69,7 +69,7 @@ class RecordingKeeper:
         return {"host": hostname, "path": new_path(message["id"], time.time()),
                 "record_input": settings.TERMINALS["RECORD_INPUT"]}
 
-    def open(self, terminal_id: str, plan: dict, cols: int, rows: int) -> Recording:
+    def open(self, plan: dict, cols: int, rows: int) -> Recording:
         path = Path(plan["path"])
         _private_dirs(path)
         return Recording(str(path), cols=cols, rows=rows, started=self._clock(), timestamp=int(time.time()),
@@ -157,7 +157,7 @@ def read_chunk(path: str, offset: int, length: int) -> bytes:
     try:
         with open(target, "rb") as file:
             file.seek(max(0, offset))
-            return file.read(max(0, min(length, READ_CHUNK_BYTES)))
+            return file.read(max(0, min(length, protocol.RECORDING_CHUNK_BYTES)))
     except FileNotFoundError:
         raise RecordingNotFound("the recording's file is gone from its host (deleted by the retention sweep, "
                                 "or by hand)") from None
