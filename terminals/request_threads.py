@@ -20,13 +20,18 @@ with the middleware chain in one hop as well (see ReusedThreadsASGIHandler).
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
-from django.core.handlers.asgi import ASGIHandler
+from django.core import signals
+from django.core.handlers.asgi import ASGIHandler, get_script_prefix
+from django.core.exceptions import RequestAborted
 from django.db import connections
+from django.http import FileResponse
+from django.urls import set_script_prefix
 
 IDLE_SECONDS = 60.0
 
@@ -88,6 +93,57 @@ class ReusedThreadsASGIHandler(ASGIHandler):
 
     async def get_response_async(self, request):
         return await sync_to_async(self.get_response, thread_sensitive=True)(request)
+
+    async def handle(self, scope, receive, send):
+        """Django's handle(), with the request's synchronous work in one hop instead of three.
+
+        Django hops to the request's thread for request_started's receivers, again for the middleware and the
+        view, and a third time after sending for response.close() (request_finished's receivers). A hop each way
+        is a thread wake-up and a turn of the event loop, for every request (bench/ANALYSIS.md). Here the one
+        hop does all three for a response whose body is already in memory: closing it first changes nothing it
+        sends. A streamed response (server-sent events, a recording) is sent as Django sends it, watching for
+        the client leaving, and closed after.
+        """
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        set_script_prefix(get_script_prefix(scope))
+        try:
+            response = await sync_to_async(self._respond, thread_sensitive=True)(scope, body_file)
+            if response.streaming:
+                await self._stream(response, receive, send)
+            else:
+                # A client gone by now is daphne's to notice: a reply to a closed connection goes nowhere.
+                await self.send_response(response, send)
+        finally:
+            body_file.close()
+
+    def _respond(self, scope, body_file):
+        signals.request_started.send(sender=self.__class__, scope=scope)
+        request, response = self.create_request(scope, body_file)
+        if request is not None:
+            response = self.get_response(request)
+            response._handler_class = self.__class__
+            if isinstance(response, FileResponse):
+                response.block_size = self.chunk_size
+        if not response.streaming:
+            response.close()
+        return response
+
+    async def _stream(self, response, receive, send):
+        """Sends a streamed response until it ends or the client leaves (as Django's handle() does), then closes it."""
+        tasks = [asyncio.create_task(self.listen_for_disconnect(receive)),
+                 asyncio.create_task(self.send_response(response, send))]
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:
+            if not task.done():
+                task.cancel()
+            try:
+                await task
+            except (asyncio.CancelledError, RequestAborted):
+                pass
+        await sync_to_async(response.close, thread_sensitive=True)()
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
