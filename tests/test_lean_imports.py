@@ -1,7 +1,8 @@
 """The service's processes leave out optional packages they never use (config/lean.py): the same start-up as
 `manage.py serve`, in a fresh interpreter, loads the whole application without pyOpenSSL, requests or click, and
 another command still has them. Nor does it load what only unused features need until they are used: cryptography
-(autobahn's WAMP authentication) and drf-spectacular's generator (the OpenAPI document, terminals/openapi.py)."""
+(autobahn's WAMP authentication), drf-spectacular's generator (the OpenAPI document, terminals/openapi.py) and pyte
+(a terminal's screen mirror, terminals/runtime/pty.py)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ loaded = [name for name in (*UNUSED, *ON_FIRST_USE) if sys.modules.get(name) is 
 print(",".join(loaded) or "none")
 """
 UNUSED = ("OpenSSL", "requests", "click")
-ON_FIRST_USE = ("cryptography", "drf_spectacular.openapi")
+ON_FIRST_USE = ("cryptography", "drf_spectacular.openapi", "pyte")
 PROBE = f"UNUSED, ON_FIRST_USE = {UNUSED!r}, {ON_FIRST_USE!r}\n{PROBE}"
 
 # autobahn's WAMP authentication, left to load on first use, still works when used.
