@@ -2,7 +2,9 @@
 
 Libraries import some packages only because they are installed: Twisted loads pyOpenSSL for TLS, which the
 service leaves to a proxy; autobahn loads click for command-line helpers; DRF loads requests (installed with the
-test and benchmark tools) for a test client. Together 12 MB of the embedded server's 94 (bench/ANALYSIS.md). A None entry in sys.modules makes such an optional import fail, and the library goes on without it.
+test and benchmark tools) for a test client. Together 12 MB of the embedded server's 94 (bench/ANALYSIS.md).
+autobahn also loads cbor2 for WAMP's serializers (1 MB, bench figure 6); daphne speaks plain WebSockets, never WAMP.
+A None entry in sys.modules makes such an optional import fail, and the library goes on without it.
 Others are needed only by features the service never uses, and load on first use instead: autobahn's WAMP
 authentication (autobahn.wamp.auth), which daphne's WebSockets never call, imports cryptography and with it a copy
 of OpenSSL, 6 MB at start (bench figure 6).
@@ -13,7 +15,7 @@ import importlib.abc
 import importlib.util
 import sys
 
-UNUSED = ("OpenSSL", "requests", "click")
+UNUSED = ("OpenSSL", "requests", "click", "cbor2")
 ON_FIRST_USE = ("autobahn.wamp.auth",)
 SERVICE_COMMANDS = ("serve", "terminal_worker")
 

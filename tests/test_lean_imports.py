@@ -1,5 +1,5 @@
 """The service's processes leave out optional packages they never use (config/lean.py): the same start-up as
-`manage.py serve`, in a fresh interpreter, loads the whole application without pyOpenSSL, requests or click, and
+`manage.py serve`, in a fresh interpreter, loads the whole application without pyOpenSSL, requests, click or cbor2, and
 another command still has them. Nor does it load what only unused features need until they are used: cryptography
 (autobahn's WAMP authentication), drf-spectacular's generator (the OpenAPI document, terminals/openapi.py) and pyte
 (a terminal's screen mirror, terminals/runtime/pty.py)."""
@@ -26,7 +26,7 @@ get_resolver().url_patterns  # every view, as on the first request
 loaded = [name for name in (*UNUSED, *ON_FIRST_USE) if sys.modules.get(name) is not None]
 print(",".join(loaded) or "none")
 """
-UNUSED = ("OpenSSL", "requests", "click")
+UNUSED = ("OpenSSL", "requests", "click", "cbor2")
 ON_FIRST_USE = ("cryptography", "drf_spectacular.openapi", "pyte")
 PROBE = f"UNUSED, ON_FIRST_USE = {UNUSED!r}, {ON_FIRST_USE!r}\n{PROBE}"
 
@@ -55,7 +55,7 @@ def test_the_service_commands_load_the_application_without_the_unused_packages()
 
 
 def test_other_commands_keep_every_package():
-    assert set(loaded_by("migrate").split(",")) >= {"OpenSSL", "requests", "click", "cryptography"}
+    assert set(loaded_by("migrate").split(",")) >= {"OpenSSL", "requests", "click", "cbor2", "cryptography"}
 
 
 def test_what_loads_on_first_use_works_when_used():
