@@ -177,6 +177,8 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],
+    # drf-spectacular's own, from the module that loads the views' annotations (terminals/openapi.py)
+    "DEFAULT_GENERATOR_CLASS": "terminals.api.schema.SchemaGenerator",
     "COMPONENT_SPLIT_REQUEST": True,
     "ENUM_NAME_OVERRIDES": {
         "TerminalStatusEnum": "terminals.models.TerminalSession.Status",

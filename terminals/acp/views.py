@@ -7,7 +7,7 @@ import functools
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse
 from rest_framework import exceptions
 from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
@@ -15,6 +15,7 @@ from rest_framework.views import APIView
 
 from ..audit import Actor, audit
 from ..exceptions import ErrorEnvelope, ServiceError, as_service_error, retry_after
+from ..openapi import extend_schema
 from ..throttling import ApiKeyRateThrottle, CreateRateThrottle
 from . import methods as acp
 

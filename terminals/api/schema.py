@@ -1,7 +1,13 @@
-"""OpenAPI: how drf-spectacular documents the API-key scheme, the env field, and each operation."""
+"""OpenAPI: how drf-spectacular documents the API-key scheme, the env field, and each operation.
+
+Imported only when a document is built (SPECTACULAR_SETTINGS names its generator class here), never at start:
+loading it applies the views' deferred @extend_schema decorators (terminals/openapi.py)."""
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension, OpenApiSerializerFieldExtension
+from drf_spectacular.generators import SchemaGenerator as SpectacularSchemaGenerator
 from drf_spectacular.openapi import AutoSchema
+
+from .. import openapi
 
 
 class ApiKeyScheme(OpenApiAuthenticationExtension):
@@ -103,3 +109,13 @@ class DescribedAutoSchema(AutoSchema):
     def get_description(self):
         described = self._described()
         return described[1] if described else super().get_description()
+
+
+class SchemaGenerator(SpectacularSchemaGenerator):
+    """drf-spectacular's generator, unchanged: named in SPECTACULAR_SETTINGS so that every way of building the
+    document (/api/schema/, `manage.py spectacular`) loads this module, and with it the extensions above and the
+    views' annotations, before it looks at a view."""
+
+
+# Last: the decorators resolve DEFAULT_SCHEMA_CLASS, DescribedAutoSchema above.
+openapi.apply_deferred()

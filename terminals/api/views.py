@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.http import HttpResponse, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, PolymorphicProxySerializer, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, PolymorphicProxySerializer
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from rest_framework import exceptions, mixins, pagination, permissions, renderers, viewsets
 from rest_framework.decorators import action
@@ -15,6 +15,7 @@ from .. import json_input, recordings, sessions
 from ..audit import Actor
 from ..exceptions import ErrorEnvelope, InvalidInput, NotFound
 from ..models import AuditEvent
+from ..openapi import extend_schema
 from ..redaction import redact
 from ..throttling import ApiKeyRateThrottle, CreateRateThrottle
 from . import serializers as s
