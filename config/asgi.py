@@ -12,12 +12,11 @@ from terminals.request_threads import ReusedThreadsASGIHandler  # noqa: E402
 
 django_application = ReusedThreadsASGIHandler()
 
-from channels.auth import AuthMiddlewareStack  # noqa: E402 - Django must be set up first
-from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.routing import ProtocolTypeRouter  # noqa: E402 - Django must be set up first
 
 from terminals import metrics  # noqa: E402
 from terminals.lifecycle import WithShutdownHooks  # noqa: E402
-from terminals.live.routing import websocket_urlpatterns  # noqa: E402
+from terminals.live.routing import live_application  # noqa: E402
 from terminals.mcp.transport import McpEndpoint  # noqa: E402
 from terminals.redaction import redact_access_log  # noqa: E402
 from terminals.static_files import with_static_files  # noqa: E402
@@ -41,5 +40,5 @@ async def http(scope, receive, send):
 
 application = WithShutdownHooks(WithEmbeddedWorker(
     ProtocolTypeRouter({"http": http,
-                        "websocket": AuthMiddlewareStack(URLRouter(websocket_urlpatterns))})
+                        "websocket": live_application()})
 ))

@@ -20,9 +20,11 @@ from channels.consumer import get_handler_name
 from django.conf import settings
 from django.db import DatabaseError
 from django.http.request import validate_host
+from rest_framework.exceptions import AuthenticationFailed
 
 from .. import json_input, lifecycle, metrics, sessions
 from ..audit import Actor, audit
+from ..auth import key_from_headers, usable_key
 from ..exceptions import (
     AuditUnavailable,
     InvalidInput,
@@ -112,7 +114,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
 
     async def _admit(self, query: dict) -> int | None:
         """Checks credentials, origin and the terminal; attaches. Returns a close code on refusal."""
-        self.actor, self.api_key = await self._authenticate()
+        self.actor, self.api_key, found = await self._authenticate()
         if self.actor is None:
             await self._audit_refusal("UNAUTHORIZED")
             return CLOSE_UNAUTHORIZED
@@ -121,7 +123,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             return CLOSE_FOREIGN_ORIGIN
         try:
             from_byte = _from_byte(query)
-            self.attachment = await self._attach(from_byte)
+            self.attachment = await self._attach(from_byte, found)
         except (ValueError, ServiceError) as error:
             code = error.default_code if isinstance(error, ServiceError) else "INVALID_INPUT"
             await self._audit_refusal(code)
@@ -148,27 +150,31 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             pass  # the worker forgets subscribers whose channel stays full
 
     async def _authenticate(self):
-        headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in self.scope["headers"]}
+        """(actor, key record, what _attach needs): with an API key, the key's check and the terminal's lookup take
+        one trip to a database thread (an attach is on the create-to-first-prompt path)."""
         source = (self.scope.get("client") or ["", 0])[0] or ""
-        key = headers.get("x-api-key") or _authorization_key(headers.get("authorization", ""))
-        if key:
-            record = await database_sync_to_async(_usable_key)(key)
+        key = presented_key(self.scope)
+        if key is not None:
+            record, found = await database_sync_to_async(_key_and_terminal)(key, self.terminal_id, self.read_only)
             if record is None:
-                return None, None
-            return Actor(user=record.user, api_key=record, source=source), record
+                return None, None, None
+            return Actor(user=record.user, api_key=record, source=source), record, found
         user = self.scope.get("user")
         if user is not None and user.is_authenticated:
-            return Actor(user=user, source=source), None
-        return None, None
+            return Actor(user=user, source=source), None, None
+        return None, None, None
 
     def _origin_allowed(self) -> bool:
         origin = dict(self.scope["headers"]).get(b"origin", b"").decode("latin-1")
         host = urlparse(origin).hostname if origin else None
         return host is not None and validate_host(host, settings.ALLOWED_HOSTS)
 
-    async def _attach(self, from_byte: int | None) -> dict:
-        record, channel = await database_sync_to_async(_record_and_channel)(self.actor.user, self.terminal_id,
-                                                                            self.read_only)
+    async def _attach(self, from_byte: int | None, found) -> dict:
+        if found is None:
+            found = await database_sync_to_async(_record_and_channel)(self.actor.user, self.terminal_id, self.read_only)
+        if isinstance(found, Exception):  # the lookup made with the key's check refused
+            raise found
+        record, channel = found
         self.worker_channel = channel
         self.terminal_id = str(record.id)  # the canonical spelling, for audit rows and worker requests
         return await worker_client.request(channel, protocol.ATTACH, id=str(record.id), subscriber=self.channel_name,
@@ -431,14 +437,25 @@ def _from_byte(query: dict) -> int | None:
     return value
 
 
-def _authorization_key(value: str) -> str | None:
-    scheme, _, key = value.partition(" ")
-    return key.strip() or None if scheme.lower() in ("api-key", "bearer") else None
+def presented_key(scope) -> str | None:
+    """The API key a WebSocket handshake carries, read as REST reads it (X-API-Key, then Authorization's Bearer or
+    Api-Key), or None."""
+    headers = dict(scope.get("headers") or [])
+    return key_from_headers(headers.get(b"x-api-key", b"").decode("latin-1"),
+                            headers.get(b"authorization", b"").decode("latin-1"))
 
 
-def _usable_key(key: str):
-    record = ApiKey.objects.for_key(key)
-    return record if record is not None and record.is_usable() and record.user.is_active else None
+def _key_and_terminal(key: str, terminal_id: str, read_only: bool):
+    """(the key's record, the terminal's (record, channel) or the ServiceError finding it raised); (None, None) for
+    a key that is unknown, revoked, expired or whose user is disabled. The key is checked as REST checks it."""
+    try:
+        record = usable_key(key)
+    except AuthenticationFailed:
+        return None, None
+    try:
+        return record, _record_and_channel(record.user, terminal_id, read_only)
+    except ServiceError as error:
+        return record, error
 
 
 def _still_usable(key_id: int) -> bool:
