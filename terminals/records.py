@@ -193,9 +193,12 @@ def session_reserve(message: dict, *, worker_id: str) -> TerminalSession:
         return _session_insert(message, worker_id=worker_id)
 
 
-def session_started(session_id: str, pid: int) -> TerminalSession:
-    TerminalSession.objects.filter(pk=session_id).update(pid=pid)
-    return TerminalSession.objects.get(pk=session_id)
+def session_started(record: TerminalSession, pid: int) -> TerminalSession:
+    """The reserved record, now with its pid. Not read back: nothing but this worker, which started it a moment ago
+    and records its end after this (its database work runs in order), changes it meanwhile."""
+    TerminalSession.objects.filter(pk=record.pk).update(pid=pid)
+    record.pid = pid
+    return record
 
 
 def session_abandon(session_id: str) -> None:

@@ -528,14 +528,14 @@ class TerminalWorker:
         plan = RecordingKeeper.plan(message, self.hostname)
         if plan is not None:
             message = {**message, "recording": plan}
-        await self.database.run(lambda: records.session_reserve(message, worker_id=self.id))
+        reserved = await self.database.run(lambda: records.session_reserve(message, worker_id=self.id))
         try:
             session = await self._start(message)
         except BaseException:
             await self.database.run(lambda: records.session_abandon(message["id"]))
             raise
         try:
-            record = await self.database.run(lambda: records.session_started(message["id"], session.pid))
+            record = await self.database.run(lambda: records.session_started(reserved, session.pid))
         except Exception:
             await self.manager.terminate(message["id"], signal.SIGKILL, grace=0)
             raise
