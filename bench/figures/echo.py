@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+
+import websockets
+
 from .. import live, reference, terminado_server
 from ..common import ms, percentile, scaled
+from ..floor import server as floor_server
 from ..results import FigureResult, Target, attempt, pick
 from ..service import SHELL_HOME, running
 
@@ -21,6 +27,7 @@ async def measure(modes: list[str]) -> FigureResult:
     count = keystrokes()
     peer = await attempt("terminado echo", _terminado, count)
     limit = await attempt("limit echo", _limit, count)
+    floor = await attempt("daphne + channels echo floor", _floor, count)
     ours = {}
     for mode in modes:
         ours[mode] = await attempt(f"{mode} echo", _ours, mode, count)
@@ -44,6 +51,13 @@ async def measure(modes: list[str]) -> FigureResult:
         reference_name="limit",
         target=Target.note("context: the floor"),
     )
+    result.row(
+        "p50 of daphne + channels alone (an echo consumer, no terminal), ms",
+        values={mode: pick(floor, "p50") for mode in modes},
+        reference=pick(peer, "p50"),
+        reference_name="terminado",
+        target=Target.note("context: the stack's own floor"),
+    )
     for key in ("p50", "p99"):
         result.row(
             f"{key} recorded ({modes[0]}), ms",
@@ -56,13 +70,16 @@ async def measure(modes: list[str]) -> FigureResult:
         *((f"ours ({mode})", ours[mode]) for mode in modes),
         ("terminado", peer),
         ("limit", limit),
+        ("daphne + channels floor", floor),
     ):
         if isinstance(measured, dict):
             result.add_samples(PANEL, series, measured["samples"])
     result.notes.append(
         f"{count} keys, one at a time, each timed from sending it to receiving its echo from `cat` "
         f'(after {WARM_UP} untimed keys). Ours: `{{"type": "input", "data": "x"}}` frames; '
-        'terminado: `["stdin", "x"]`; the limit writes to the PTY master and reads it.'
+        'terminado: `["stdin", "x"]`; the limit writes to the PTY master and reads it. The daphne + channels '
+        "floor is a channels consumer under daphne (bench/floor/echo.py) that answers each input frame with an "
+        "output frame at once, with no terminal, worker or channel layer: the part of a key that is the stack's."
     )
     return result
 
@@ -94,6 +111,23 @@ async def _terminado(count: int) -> dict:
             return await _echo(socket, count)
         finally:
             await socket.close()
+
+
+async def _floor(count: int) -> dict:
+    """The same keys against bench/floor's echo consumer (started beside a service, for its settings and database)."""
+    async with running("embedded") as service:
+        floor = await asyncio.to_thread(floor_server.start, service, 0)
+        try:
+            ws = await websockets.connect(f"{floor[1].replace('http://', 'ws://', 1)}/ws/terminals/floor/",
+                                          max_size=None, compression=None, open_timeout=30)
+            socket = live.OurSocket(ws, json.loads(await ws.recv()))
+            try:
+                await live.keystroke_echo(socket, WARM_UP)
+                return summary(await live.keystroke_echo(socket, count))
+            finally:
+                await socket.close()
+        finally:
+            await asyncio.to_thread(floor[0].stop)
 
 
 async def _limit(count: int) -> dict:

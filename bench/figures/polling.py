@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import random
-import socket
-import sys
 import time
 
 import aiohttp
 
-from tests import servers
-
 from ..common import log, ms, percentile, scaled
+from ..floor import server as floor_server
 from ..results import FigureResult, Target, attempt
 from ..service import running
 from .rest_load import FEED, busy_terminals
@@ -33,12 +30,16 @@ async def measure(modes: list[str]) -> FigureResult:
     result = FigureResult(TITLE)
     clients, seconds, count = scaled(50, 5), float(scaled(30, 4)), scaled(500, 50)
     for mode in modes:
-        floor = await attempt(f"{mode} floor", _floor, mode, count)
+        floor = await attempt(f"{mode} floor", _floor, mode, count, clients, float(scaled(10, 2)))
         for key in ("p50", "p99"):
             ours = floor[f"poll_{key}"] if isinstance(floor, dict) else floor
             reference = floor[f"floor_{key}"] if isinstance(floor, dict) else None
             result.row(f"tail poll {key}, ms ({mode})", values={mode: ours}, reference=reference,
                        reference_name="floor", target=Target.ratio_at_most(1.5, "≤ 1.5× the floor"))
+        result.row(f"polls per second, {clients} clients back to back ({mode})",
+                   values={mode: floor["poll_rate"] if isinstance(floor, dict) else floor},
+                   reference=floor["floor_rate"] if isinstance(floor, dict) else None, reference_name="floor",
+                   target=Target.note("context: what the framework serves"))
         if isinstance(floor, dict):
             result.add_samples(FLOOR_PANEL, f"tail poll ({mode})", floor["poll_samples"])
             result.add_samples(FLOOR_PANEL, f"floor ({mode})", floor["floor_samples"])
@@ -52,14 +53,16 @@ async def measure(modes: list[str]) -> FigureResult:
     result.notes.append(
         f"Floor: {count} `GET .../output?mode=tail&tailLines=50` on a busy terminal and {count} GETs of the floor, "
         "alternating, one client, keep-alive. The floor is `bench/floor/` under daphne with the same settings and "
-        "database, the same key (one indexed query) and a body as long as the poll's. Open loop: "
+        "database, the same key (one indexed query) and a body as long as the poll's. Then "
+        f"{clients} clients poll back to back, the tail of the one terminal and then the floor, "
+        f"{scaled(10, 2)} s each. Open loop: "
         f"{clients} clients, each with its own busy terminal, each polling the tail {RATE:g} times a second at a "
         f"random phase for {seconds:g} s; then again while one more terminal runs `yes`."
     )
     return result
 
 
-async def _floor(mode: str, count: int) -> dict:
+async def _floor(mode: str, count: int, clients: int, seconds: float) -> dict:
     async with running(mode) as service, service.rest() as rest:
         terminal = await rest.create()
         await rest.wait_for_prompt(terminal)
@@ -70,44 +73,40 @@ async def _floor(mode: str, count: int) -> dict:
             async with http.get(f"{service.url}/api/terminals/{terminal}/output",
                                 params={"mode": "tail", "tailLines": "50"}) as answer:
                 size = len(await answer.read())
-            floor = await asyncio.to_thread(_start_floor, service, size)
+            floor = await asyncio.to_thread(floor_server.start, service, size)
             try:
                 polls, floors = [], []
                 for _ in range(count):
                     polls.append(await _timed_get(http, f"{service.url}/api/terminals/{terminal}/output",
                                                   {"mode": "tail", "tailLines": "50"}))
                     floors.append(await _timed_get(http, f"{floor[1]}/api/terminals/{terminal}/output", None))
+                poll_rate = await _rate(http, f"{service.url}/api/terminals/{terminal}/output",
+                                        {"mode": "tail", "tailLines": "50"}, clients, seconds)
+                floor_rate = await _rate(http, f"{floor[1]}/api/terminals/{terminal}/output", None, clients, seconds)
             finally:
                 await asyncio.to_thread(floor[0].stop)
     poll_ms, floor_ms = ms(polls), ms(floors)
     log(f"{mode}: tail poll p50 {percentile(poll_ms, 0.5):.2f} ms, floor p50 {percentile(floor_ms, 0.5):.2f} ms "
-        f"({size} bytes each)")
+        f"({size} bytes each); {clients} clients: {poll_rate:.0f} polls/s, floor {floor_rate:.0f}/s")
     return {"poll_p50": percentile(poll_ms, 0.5), "poll_p99": percentile(poll_ms, 0.99),
             "floor_p50": percentile(floor_ms, 0.5), "floor_p99": percentile(floor_ms, 0.99),
-            "poll_samples": poll_ms, "floor_samples": floor_ms}
+            "poll_samples": poll_ms, "floor_samples": floor_ms, "poll_rate": poll_rate, "floor_rate": floor_rate}
 
 
-def _start_floor(service, body_bytes: int):
-    """daphne serving bench/floor on the service's own database (its key), with a body of body_bytes."""
-    port = servers.free_port()
-    env = servers.service_env(TERMINALS_DATA_DIR=service.data_dir, DJANGO_SETTINGS_MODULE="bench.floor.settings",
-                              FLOOR_BODY_BYTES=str(max(0, body_bytes - 45)), TERMINALS_ACCESS_LOG="false")
-    process = servers.ServiceProcess("floor", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                                               "bench.floor.asgi:application"], env)
-    url = f"http://127.0.0.1:{port}"
-    # The service's logging settings quiet daphne's own start-up lines: wait for the port to answer instead.
-    servers.wait_for(lambda: _answers(url) or not process.alive(), servers.START_TIMEOUT, "the floor to answer")
-    if not process.alive():
-        raise RuntimeError(f"the floor exited:\n{process.log()[-2000:]}")
-    return process, url
+async def _rate(http, url: str, params, clients: int, seconds: float) -> float:
+    """Answers per second to clients polling url back to back for seconds."""
+    until = time.monotonic() + seconds
 
+    async def client() -> int:
+        done = 0
+        while time.monotonic() < until:
+            await _timed_get(http, url, params)
+            done += 1
+        return done
 
-def _answers(url: str) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=1):
-            return True
-    except OSError:
-        return False
+    started = time.perf_counter()
+    answered = await asyncio.gather(*(client() for _ in range(clients)))
+    return sum(answered) / (time.perf_counter() - started)
 
 
 async def _timed_get(http, url: str, params) -> float:
