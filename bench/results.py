@@ -45,6 +45,10 @@ class Target:
         return cls(text, lambda value, reference: value < bound)
 
     @classmethod
+    def at_most(cls, bound: float, text: str) -> Target:
+        return cls(text, lambda value, reference: value <= bound)
+
+    @classmethod
     def at_most_and_ratio_at_most(cls, bound: float, ratio: float, text: str) -> Target:
         """value ≤ bound, and value ≤ ratio × the reference (not met without a reference)."""
         return cls(
