@@ -45,6 +45,18 @@ class Target:
         return cls(text, lambda value, reference: value < bound)
 
     @classmethod
+    def at_most(cls, bound: float, text: str) -> Target:
+        return cls(text, lambda value, reference: value <= bound)
+
+    @classmethod
+    def at_most_and_ratio_at_most(cls, bound: float, ratio: float, text: str) -> Target:
+        """value ≤ bound, and value ≤ ratio × the reference (not met without a reference)."""
+        return cls(
+            text,
+            lambda value, reference: value <= bound and reference is not None and value <= ratio * reference,
+        )
+
+    @classmethod
     def at_least(cls, bound: float, text: str) -> Target:
         return cls(text, lambda value, reference: value >= bound)
 

@@ -22,7 +22,7 @@ def loads() -> list[tuple[str, str, int]]:
 
 
 TARGETS = {
-    ("true", "p50"): Target.below(10, "< 10 ms"),
+    ("true", "p50"): Target.below(5, "< 5 ms"),
     ("true", "p99"): Target.below(25, "< 25 ms"),
 }
 

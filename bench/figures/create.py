@@ -34,7 +34,7 @@ async def measure(modes: list[str]) -> FigureResult:
         values=column(ours, "first", "p50"),
         reference=pick(peer, "p50"),
         reference_name="terminado",
-        target=Target.below(15, "< 15 ms"),
+        target=Target.below(10, "< 10 ms"),
     )
     result.row(
         "create → first prompt p99, ms",

@@ -12,7 +12,7 @@ from ..service import SHELL_HOME, Rest, running
 
 TITLE = "1. Output ingest"
 POLL_SECONDS = 0.01
-TARGET = Target.ratio_at_least(0.8, "≥ 80% of the limit")
+TARGET = Target.ratio_at_least(0.85, "≥ 0.85× the limit")
 RECORDED_TARGET = Target.ratio_at_least(0.9, "within 10% of not recorded")
 
 

@@ -37,7 +37,7 @@ async def measure(modes: list[str]) -> FigureResult:
         values={mode: pick(ours_idle[mode], "base_mb") for mode in modes},
         reference=pick(peer_idle, "base_mb"),
         reference_name="terminado",
-        target=Target.note("reported"),
+        target=Target.at_most(60, "≤ 60 MB"),
     )
     result.row(
         "service RSS added per idle terminal, KiB",
@@ -51,7 +51,7 @@ async def measure(modes: list[str]) -> FigureResult:
         values={mode: pick(ours_full[mode], "mb") for mode in modes},
         reference=pick(peer_full, "mb"),
         reference_name="terminado",
-        target=Target.below(150, "< 150 MB (seed 000: < 500 MB for 50)"),
+        target=Target.below(120, "< 120 MB (seed 000: < 500 MB for 50)"),
     )
     result.notes.append(
         f"RSS is VmRSS of the service's processes (split: web + worker; never the shells) from "
