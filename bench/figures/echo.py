@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import websockets
 
@@ -28,6 +29,7 @@ async def measure(modes: list[str]) -> FigureResult:
     peer = await attempt("terminado echo", _terminado, count)
     limit = await attempt("limit echo", _limit, count)
     floor = await attempt("daphne + channels echo floor", _floor, count)
+    layer = await attempt("Redis channel layer round trip", _layer_round_trip, count) if "split" in modes else None
     ours = {}
     for mode in modes:
         ours[mode] = await attempt(f"{mode} echo", _ours, mode, count)
@@ -58,6 +60,14 @@ async def measure(modes: list[str]) -> FigureResult:
         reference_name="terminado",
         target=Target.note("context: the stack's own floor"),
     )
+    if layer is not None:
+        result.row(
+            "p50 of one round trip through the Redis channel layer alone (split's hop), ms",
+            values={"split": pick(layer, "p50")},
+            reference=pick(peer, "p50"),
+            reference_name="terminado",
+            target=Target.note("context: split's own floor"),
+        )
     for key in ("p50", "p99"):
         result.row(
             f"{key} recorded ({modes[0]}), ms",
@@ -79,7 +89,10 @@ async def measure(modes: list[str]) -> FigureResult:
         f'(after {WARM_UP} untimed keys). Ours: `{{"type": "input", "data": "x"}}` frames; '
         'terminado: `["stdin", "x"]`; the limit writes to the PTY master and reads it. The daphne + channels '
         "floor is a channels consumer under daphne (bench/floor/echo.py) that answers each input frame with an "
-        "output frame at once, with no terminal, worker or channel layer: the part of a key that is the stack's."
+        "output frame at once, with no terminal, worker or channel layer: the part of a key that is the stack's. "
+        "The Redis channel layer's round trip: channels_redis's RedisChannelLayer, with split mode's capacity and expiry, "
+        "sending a message to a channel whose reader sends it back, on a redis-server of its own, one at a time; "
+        "a key in split mode makes this trip once (to the worker and back) before its echo."
     )
     return result
 
@@ -128,6 +141,40 @@ async def _floor(count: int) -> dict:
                 await socket.close()
         finally:
             await asyncio.to_thread(floor[0].stop)
+
+
+async def _layer_round_trip(count: int) -> dict:
+    """One message to a channel and back through Redis with channels_redis, as split mode's layer (not the service)."""
+    from channels_redis.core import RedisChannelLayer
+
+    from tests import servers
+
+    redis, url = await asyncio.to_thread(servers.start_redis)
+    try:
+        ours, echoer = (RedisChannelLayer(hosts=[url], capacity=1000, expiry=30) for _ in range(2))
+        back, there = await ours.new_channel(), await echoer.new_channel()
+
+        async def echo() -> None:
+            while True:
+                await echoer.send(back, await echoer.receive(there))
+
+        task = asyncio.create_task(echo())
+        latencies = []
+        try:
+            for _ in range(count + WARM_UP):
+                started = time.perf_counter()
+                await ours.send(there, {"type": "input", "data": "x"})
+                await asyncio.wait_for(ours.receive(back), live.FRAME_TIMEOUT)
+                latencies.append(time.perf_counter() - started)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await ours.flush()
+            await ours.close_pools()
+            await echoer.close_pools()
+        return summary(latencies[WARM_UP:])
+    finally:
+        await asyncio.to_thread(redis.stop)
 
 
 async def _limit(count: int) -> dict:
