@@ -19,6 +19,7 @@ from terminals.models import AuditEvent
 from .helpers import manage
 from .servers import wait_for
 from .test_admin import browser, get, post  # noqa: F401 - the admin session fixture and its form helpers
+from .test_live import refusal, run
 
 KEYS = "/admin/terminals/apikey/"
 GROUPS = "/admin/auth/group/"
@@ -66,8 +67,9 @@ def test_create_list_and_revoke_a_key_from_the_command_line(orm, server):
     table = manage("list_api_keys", "--user", username)
     assert re.search(rf"^{prefix}\s+laptop\s+{username}\s", table.stdout, re.M), table.stdout
 
-    for url in server.urls or [server.url]:  # every web process has found it usable just now
+    for url in server.urls or [server.url]:  # every web process has found it usable just now, on both interfaces
         assert requests.get(f"{url}/api/terminals", headers={"X-API-Key": key}, timeout=30).status_code == 200
+        assert run(refusal(url, str(uuid.uuid4()), {"X-API-Key": key})) == 4404  # the key passed; no such terminal
     revoked = manage("revoke_api_key", prefix)
     revoked_at = time.monotonic()
     assert revoked.returncode == 0, revoked.stderr
@@ -75,6 +77,7 @@ def test_create_list_and_revoke_a_key_from_the_command_line(orm, server):
     once_the_key_check_expires(revoked_at)
     for url in server.urls or [server.url]:
         assert requests.get(f"{url}/api/terminals", headers={"X-API-Key": key}, timeout=30).status_code == 401
+        assert run(refusal(url, str(uuid.uuid4()), {"X-API-Key": key})) == 4401
     assert "revoked already" in manage("revoke_api_key", prefix).stdout
 
     rows = rows_about(username)
