@@ -9,7 +9,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
-from django.db.models import BooleanField, Count, ExpressionWrapper, Q
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from . import lifecycle
@@ -63,8 +63,7 @@ def session_get_for(*, user, terminal_id, with_owner: bool = False) -> TerminalS
         # get(), not first(): first() orders by the primary key, and compiling that ordering was a tenth of
         # a REST read's CPU.
         related = ("worker", "owner") if with_owner else ("worker",)
-        return (TerminalSession.objects.visible_to(user).select_related(*related)
-                .annotate(worker_live=_worker_live_expression()).get(pk=key))
+        return TerminalSession.objects.visible_to(user).select_related(*related).get(pk=key)
     except TerminalSession.DoesNotExist:
         raise TerminalNotFound(f"Terminal {terminal_id} not found") from None
 
@@ -114,15 +113,10 @@ def session_get_for_viewing(*, user, terminal_id, with_owner: bool = False) -> T
     except TerminalNotFound:
         related = ("worker", "owner") if with_owner else ("worker",)
         record = (TerminalSession.objects.filter(pk=str(terminal_id), view_grants__user=user)
-                  .select_related(*related).annotate(worker_live=_worker_live_expression()).first())
+                  .select_related(*related).first())
         if record is None:
             raise
         return record
-
-
-def _worker_live_expression() -> ExpressionWrapper:
-    """Whether the terminal's worker beats, judged in the same query by the database's clock (Worker.stale_before)."""
-    return ExpressionWrapper(Worker.live_condition("worker__"), output_field=BooleanField())
 
 
 def session_list(*, user, status: str = "active", session_filter: dict | None = None) -> list[dict]:
@@ -212,8 +206,14 @@ def _hosting_channel(record: TerminalSession) -> str:
 
 
 def _worker_live(record: TerminalSession) -> bool:
-    live = getattr(record, "worker_live", None)  # fetched with the record by session_get_for
-    return bool(live) if live is not None else record.worker.is_live()
+    """Judged by the database's clock (Worker.stale_before), and only for a terminal not hosted in this process: as
+    an annotation of every lookup, compiling it was half of the lookup's time (bench/ANALYSIS.md), and the embedded
+    server, whose terminals are all hosted here, never needs it. Kept on the record, so a record the read cache
+    holds (_record_for_reading) is judged once while it is held."""
+    live = getattr(record, "worker_live", None)
+    if live is None:
+        live = record.worker_live = record.worker.is_live()
+    return live
 
 
 def _hosted_here(record: TerminalSession) -> bool:
