@@ -135,9 +135,10 @@ async def first_prompt(count: int) -> dict:
     return {"latencies": latencies}
 
 
-async def command(count: int, line: str) -> dict:
-    """Seconds from typing a command line at bash's prompt until the next prompt, count times."""
-    pty = Pty(["bash"])
+async def command(count: int, line: str, rcfile: str | None = None) -> dict:
+    """Seconds from typing a command line at bash's prompt until the next prompt, count times. With rcfile (the
+    service's terminals/runtime/shell_integration/bashrc), what the service's own shell hooks add to each line."""
+    pty = Pty(["bash", "--rcfile", rcfile] if rcfile else ["bash"])
     try:
         await pty.until(at_prompt, timeout=30)
         latencies = []
@@ -184,6 +185,7 @@ def main() -> None:
         kind.add_argument("--count", type=int, required=True)
         if name == "command":
             kind.add_argument("--line", required=True)
+            kind.add_argument("--rcfile", help="bash's startup file, e.g. terminals/runtime/shell_integration/bashrc")
     options = parser.parse_args()
     if options.kind == "ingest":
         report = asyncio.run(ingest(options.command, options.bytes))
@@ -192,7 +194,7 @@ def main() -> None:
     elif options.kind == "prompt":
         report = asyncio.run(first_prompt(options.count))
     else:
-        report = asyncio.run(command(options.count, options.line))
+        report = asyncio.run(command(options.count, options.line, options.rcfile))
     json.dump(report, sys.stdout)
 
 

@@ -440,7 +440,7 @@ def _from_byte(query: dict) -> int | None:
 def presented_key(scope) -> str | None:
     """The API key a WebSocket handshake carries, read as REST reads it (X-API-Key, then Authorization's Bearer or
     Api-Key), or None."""
-    headers = dict(scope.get("headers") or [])
+    headers = {name.lower(): value for name, value in scope.get("headers") or []}
     return key_from_headers(headers.get(b"x-api-key", b"").decode("latin-1"),
                             headers.get(b"authorization", b"").decode("latin-1"))
 
