@@ -656,6 +656,24 @@ def test_command_typed_through_input_is_in_history(alice, shell):
     assert run_done(alice, terminal, "echo api")["output"] == "api\n"
 
 
+def test_api_commands_stay_out_of_the_bash_history_and_typed_lines_keep_their_text(alice):
+    """bash's own history holds what was typed, not the API's wrapped command lines (the API keeps its own), and a
+    line typed after API commands is reported with its text (the hook reads back only lines the history kept)."""
+    terminal = shell_terminal(alice, BASH)
+    assert run_done(alice, terminal, "echo api-one")["output"] == "api-one\n"
+    alice.send(terminal, "echo typed-$((2+3))")
+    typed = wait_for(
+        lambda: next((entry for entry in history(alice, terminal)["commands"]
+                      if entry["source"] == "shell" and entry["status"] == "completed"), None),
+        10, "the typed command in the history",
+    )
+    assert typed["command"] == "echo typed-$((2+3))"
+    assert run_done(alice, terminal, "echo api-two")["output"] == "api-two\n"
+    kept = run_done(alice, terminal, "HISTTIMEFORMAT= history")["output"]
+    assert "echo typed-$((2+3))" in kept
+    assert "__terminals" not in kept and "api-one" not in kept and "api-two" not in kept
+
+
 def test_command_typed_in_dash_is_not_in_history_but_api_works(alice):
     """dash has no hook for typed commands: they are not in the history, and API commands still work."""
     terminal = shell_terminal(alice, DASH)
