@@ -9,7 +9,7 @@ from django.db import DatabaseError
 
 from . import metrics
 from .exceptions import AuditUnavailable
-from .models import AuditEvent, key_prefix
+from .models import AuditEvent, key_prefix, newest_audit_hash
 from .redaction import redact
 
 logger = logging.getLogger(__name__)
@@ -136,4 +136,4 @@ def verify_chain() -> tuple[int, str | None]:
 
 
 def last_hash() -> str:
-    return AuditEvent.objects.order_by("-id").values_list("hash", flat=True).first() or ""
+    return newest_audit_hash()

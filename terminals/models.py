@@ -272,8 +272,8 @@ def _lock_audit_chain() -> None:
 AUDIT_CHAIN_LOCK = 6973
 
 
-def _newest_audit_hash() -> str:
-    """The newest event's hash, by a statement written once: the ORM compiled `order_by("-id")...first()` anew for
+def newest_audit_hash() -> str:
+    """The newest event's hash ("" before the first), by a statement written once: the ORM compiled `order_by("-id")...first()` anew for
     every event, a third of the time writing one took (bench/ANALYSIS.md). The same SQL on SQLite and PostgreSQL."""
     quote = connection.ops.quote_name
     with connection.cursor() as cursor:
@@ -334,7 +334,7 @@ class AuditEvent(models.Model):
             raise PermissionError("audit events are never changed")
         with transaction.atomic():
             _lock_audit_chain()
-            self.previous_hash = _newest_audit_hash()
+            self.previous_hash = newest_audit_hash()
             self.hash = self.compute_hash()
             super().save(*args, **kwargs)
 

@@ -623,20 +623,23 @@ def test_command_unknown_id_is_not_found(alice):
 # Commands typed by people
 
 
+def completed_typed(api: Api, terminal: str, command: str | None = None) -> dict:
+    """The first completed command of the terminal's history typed at its shell (the one typed as command, if
+    given), once it is there."""
+    def found():
+        return next((item for item in history(api, terminal)["commands"] if item["status"] == "completed"
+                     and (item["command"] == command if command is not None else item["source"] == "shell")), None)
+
+    return wait_for(found, 10, f"the typed command {command or ''} in the history")
+
+
 @hooked_shells
 def test_command_typed_through_input_is_in_history(alice, shell):
     """In bash and zsh a command typed through /input appears in the history as source shell, with its output."""
     terminal = shell_terminal(alice, shell)
     assert run_done(alice, terminal, "echo ready")["output"] == "ready\n"
     alice.send(terminal, "echo typed-$((1+1))")
-
-    def typed():
-        for item in history(alice, terminal)["commands"]:
-            if item["source"] == "shell" and item["status"] == "completed":
-                return item
-        return None
-
-    item = wait_for(typed, 10, "the typed command in the history")
+    item = completed_typed(alice, terminal)
     assert item["command"] == "echo typed-$((1+1))"
     assert item["exitCode"] == 0
     assert item["durationMs"] is not None
@@ -645,11 +648,7 @@ def test_command_typed_through_input_is_in_history(alice, shell):
     assert record["source"] == "shell"
 
     alice.send(terminal, "(exit 9)")
-    failed = wait_for(
-        lambda: next((entry for entry in history(alice, terminal)["commands"]
-                      if entry["command"] == "(exit 9)" and entry["status"] == "completed"), None),
-        10, "the failing typed command in the history",
-    )
+    failed = completed_typed(alice, terminal, "(exit 9)")
     assert failed["source"] == "shell"
     assert failed["exitCode"] == 9
     # API commands still work after typed ones, with exact output.
@@ -662,11 +661,7 @@ def test_api_commands_stay_out_of_the_bash_history_and_typed_lines_keep_their_te
     terminal = shell_terminal(alice, BASH)
     assert run_done(alice, terminal, "echo api-one")["output"] == "api-one\n"
     alice.send(terminal, "echo typed-$((2+3))")
-    typed = wait_for(
-        lambda: next((entry for entry in history(alice, terminal)["commands"]
-                      if entry["source"] == "shell" and entry["status"] == "completed"), None),
-        10, "the typed command in the history",
-    )
+    typed = completed_typed(alice, terminal)
     assert typed["command"] == "echo typed-$((2+3))"
     assert run_done(alice, terminal, "echo api-two")["output"] == "api-two\n"
     kept = run_done(alice, terminal, "HISTTIMEFORMAT= history")["output"]
