@@ -115,7 +115,9 @@ if REDIS_URL:
 
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            # channels_redis's layer, with one receiver per process that no cancelled receive() can take a
+            # message from (terminals/channel_layer.py).
+            "BACKEND": "terminals.channel_layer.RedisChannelLayer",
             # The read timeout must outlast channels_redis's 5 s blocking pop; connecting fails fast. A command
             # on a pooled connection that Redis closed (it restarted) is tried once more, on a new connection.
             "CONFIG": {

@@ -1,0 +1,124 @@
+"""The split deployment's channel layer on a real redis-server: a receive() that is cancelled (a live connection
+closing, a request past its deadline) never costs another channel of the same process its message."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+
+import pytest
+import redis.asyncio as redis_client
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from terminals.channel_layer import RedisChannelLayer
+
+from .servers import start_redis
+
+ROUNDS = 30
+DEADLINE = 10.0  # a reply that has not come by then is lost
+
+
+@pytest.fixture
+def redis():
+    process, url = start_redis()
+    yield process, url
+    process.stop()
+
+
+def layer_for(url: str, **config) -> RedisChannelLayer:
+    # The settings' own options: a read timeout that outlasts the 5 s blocking pop.
+    return RedisChannelLayer(hosts=[{"address": url, "socket_timeout": 15}], **config)
+
+
+async def arrive(sender, layer: RedisChannelLayer, channel: str, message: dict) -> None:
+    """What another process's send() ends with: the message added to this process's Redis key."""
+    message = {**message, "__asgi_channel__": channel}
+    await sender.zadd(layer.prefix + layer.non_local_name(channel), {layer.serialize(message): time.time()})
+
+
+def test_a_cancelled_receive_never_takes_another_channels_reply(redis):
+    _, redis_url = redis
+    """Each round one receive() waits (it is the one popping the process's Redis key), a reply for another channel
+    of the process arrives, and the waiting receive() is cancelled at once. channels_redis's own receive() may
+    not end when cancelled (redis-py retries the interrupted pop), and cancelled again it loses the reply it had
+    popped: replies went missing within a few rounds. Here every cancelled receive() ends at once and every
+    reply reaches its channel."""
+
+    async def rounds():
+        layer = layer_for(redis_url)
+        sender = redis_client.Redis.from_url(redis_url)
+        replies, unfinished = [], 0
+        for number in range(ROUNDS):
+            leaving, asking = await layer.new_channel(), await layer.new_channel()
+            waiting = asyncio.ensure_future(layer.receive(leaving))
+            await asyncio.sleep(0.003)  # under way: its pop is blocked on Redis
+            await arrive(sender, layer, asking, {"type": "reply", "number": number})
+            waiting.cancel()
+            done, _ = await asyncio.wait([waiting], timeout=0.5)
+            if not done:  # as daphne cancels again an application that outlives its close timeout
+                waiting.cancel()
+                done, _ = await asyncio.wait([waiting], timeout=DEADLINE)
+                unfinished += 1
+            try:
+                replies.append((await asyncio.wait_for(layer.receive(asking), DEADLINE))["number"])
+            except TimeoutError:
+                replies.append(None)
+        await sender.aclose()
+        await layer.close_pools()
+        return replies, unfinished
+
+    replies, unfinished = asyncio.run(rounds())
+    assert replies == list(range(ROUNDS))
+    assert unfinished == 0
+
+
+def test_every_waiting_receive_gets_the_error_when_redis_dies_and_the_next_one_works_again(redis):
+    """Redis killed under three waiting receive() calls: each raises the connection error (as channels_redis's
+    own would), promptly; with Redis back on its port, a new receive() gets its message."""
+    process, redis_url = redis
+    port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
+
+    async def outage():
+        layer = layer_for(redis_url)
+        channels = [await layer.new_channel() for _ in range(3)]
+        waiting = [asyncio.ensure_future(layer.receive(channel)) for channel in channels]
+        await asyncio.sleep(0.05)
+        process.stop(signal.SIGKILL)
+        results = await asyncio.wait_for(asyncio.gather(*waiting, return_exceptions=True), DEADLINE)
+        back, _ = start_redis(port)
+        try:
+            await layer.send(channels[0], {"type": "hello"})
+            message = await asyncio.wait_for(layer.receive(channels[0]), DEADLINE)
+            await layer.close_pools()
+        finally:
+            back.stop()
+        return results, message
+
+    results, message = asyncio.run(outage())
+    assert [type(result) for result in results] == [RedisConnectionError] * 3, results
+    assert message == {"type": "hello"}
+
+
+def test_messages_nobody_reads_for_the_expiry_are_dropped(redis):
+    """A channel whose reader has gone (a request that gave up) keeps its late reply no longer than the layer's
+    expiry, as Redis would have: the process's memory does not grow with replies nobody will read."""
+    _, redis_url = redis
+
+    async def late_reply():
+        layer = layer_for(redis_url, expiry=1)
+        gone, alive = await layer.new_channel(), await layer.new_channel()
+        await layer.send(gone, {"type": "late"})
+        sent = time.monotonic()
+        while time.monotonic() - sent < layer.expiry + 0.5:  # messages arriving are when old ones are looked at
+            await layer.send(alive, {"type": "tick"})
+            assert await asyncio.wait_for(layer.receive(alive), DEADLINE) == {"type": "tick"}
+            await asyncio.sleep(0.1)
+        try:
+            return await asyncio.wait_for(layer.receive(gone), 0.5)
+        except TimeoutError:
+            return None
+        finally:
+            await layer.close_pools()
+
+    assert asyncio.run(late_reply()) is None
