@@ -51,7 +51,7 @@ trap 'bash scripts/postgres.sh stop "$pg_dir"; rm -f "$pg_log"; rm -rf "$manifes
 sqlite_status=0
 TERMINALS_TEST_MANIFESTS="$manifests" TERMINALS_TEST_POSTGRES_URL="$pg_url" .venv/bin/python -m pytest \
   -n "$workers" --dist loadfile --ignore tests/test_zz_no_secrets.py --ignore tests/test_dashboard.py \
-  --cov --cov-report=term "$@" || sqlite_status=$?
+  --tb=short --cov --cov-report=term "$@" || sqlite_status=$?
 # The dashboard's tests run Chromium, which takes a core: beside the parallel run it slowed that run's servers
 # past their deadlines, so they run after it, as a process of their own (folders, database, manifest).
 echo "=== the dashboard, in Chromium ==="

@@ -23,6 +23,37 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: item.nodeid.split("::")[0].endswith("test_zz_no_secrets.py"))
 
 
+def pytest_runtest_setup(item):
+    item.log_sizes = {id(process): _size(process) for process in STARTED}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test's report ends with what the service processes logged while it ran (the last lines of each),
+    so a failure seen only in CI says what the servers saw."""
+    report = (yield).get_result()
+    if not report.failed or report.when == "teardown":
+        return
+    before = getattr(item, "log_sizes", {})
+    for process in STARTED:
+        start = before.get(id(process), 0)
+        if _size(process) > start:
+            with open(process.log_path, "rb") as log:
+                log.seek(start)
+                lines = log.read().decode(errors="replace").splitlines()[-LOG_LINES_ON_FAILURE:]
+            report.sections.append((f"{process.name} (pid {process.pid}) logged", "\n".join(lines)))
+
+
+LOG_LINES_ON_FAILURE = 40
+
+
+def _size(process) -> int:
+    try:
+        return process.log_path.stat().st_size
+    except OSError:
+        return 0
+
+
 def pytest_sessionstart(session):
     """A machine without root, useradd or writable control groups stops the run at once, saying what to do,
     rather than failing tests one by one for a reason they do not name."""
