@@ -76,6 +76,10 @@ def session_get_for(*, user, terminal_id, with_owner: bool = False) -> TerminalS
 # applied afresh on every request, to the caller as authenticated now. Compiling the lookup was 29% of a poll's
 # CPU (py-spy, bench/ANALYSIS.md), and with 50 terminals polled, its renewals every half second were 23%.
 READ_RECORD_SECONDS = 0.5
+# A terminal this process's own (embedded) worker hosts is renewed less often: that worker answers for its state
+# on the same request (one it has freed answers TERMINAL_INACTIVE), and its liveness needs no heartbeat. Renewing
+# 50 polled terminals every half second was a quarter of the request threads' busy samples, in SQLite's reads.
+HOSTED_RECORD_SECONDS = 5.0
 _READ_RECORDS_MAX = 10_000
 _read_records: dict[uuid.UUID, tuple[float, TerminalSession]] = {}
 _REFRESH = PreparedLookup(lambda key: TerminalSession.objects.filter(pk=key).annotate(
@@ -100,7 +104,8 @@ def _record_for_reading(*, user, terminal_id) -> TerminalSession:
     read_at, record = cached
     if not (user.is_staff or record.owner_id == user.pk):
         raise TerminalNotFound(f"Terminal {terminal_id} not found")
-    if time.monotonic() - read_at >= READ_RECORD_SECONDS:
+    age = time.monotonic() - read_at
+    if age >= READ_RECORD_SECONDS and (age >= HOSTED_RECORD_SECONDS or not _hosted_here(record)):
         record = _refreshed(record)
     return record
 

@@ -1,4 +1,4 @@
-"""The hot read paths (output and stats polls) take a terminal's record from a half-second cache of each web
+"""The hot read paths (output and stats polls) take a terminal's record from a short-lived cache of each web
 process (terminals/sessions.py). The access rule must still be the caller's as authenticated now, on every request:
 a record cached by the owner's poll opens nothing to anyone else, and staff who lose the flag lose the access as
 soon as their key's check is renewed, within KEY_CHECK_SECONDS (SECURITY.md, "Who may do what")."""
@@ -48,8 +48,9 @@ def test_a_terminal_ended_here_reads_as_ended_at_once(server, alice):
 
 
 def test_a_cached_record_follows_its_row_within_the_cache_bound(server, alice, orm):
-    """What can change of a cached record (its release, here) is read again within READ_RECORD_SECONDS: a row
-    released behind the web process's back answers 409 TERMINAL_INACTIVE soon after, not the output it held."""
+    """A row released behind the web process's back answers 409 TERMINAL_INACTIVE soon after, not the output it
+    held: in split mode the cached record is read again within READ_RECORD_SECONDS; the embedded worker, whose
+    records are renewed less often (HOSTED_RECORD_SECONDS), frees the terminal itself."""
     from django.utils import timezone
 
     from terminals.models import TerminalSession
