@@ -1,10 +1,11 @@
 """channels_redis's Redis layer, with one never-cancelled receiver for each process's own channels.
 
 A process's specific channels (every worker reply it waits for, every live connection it serves) share one
-Redis key. channels_redis pops that key inside whichever receive() call holds its lock. When that call is
-cancelled (a live connection closes, a request passes its deadline) while the pop is in flight, Redis has
-removed a message that nobody gets: a reply for another request in the same process, which then waits its
-whole deadline (django/channels_redis#366; tests/test_channel_layer.py loses two replies in three that way).
+Redis key. channels_redis pops that key inside whichever receive() call holds its lock. Cancelled (a live
+connection closes, a request passes its deadline) while its pop is in flight, that call may go on (redis-py
+retries the interrupted pop) and, cancelled again, drop what Redis had already handed it: a reply for another
+request in the same process, which then waits its whole deadline (django/channels_redis#366). With
+channels_redis's own layer, tests/test_channel_layer.py lost every one of its thirty replies that way.
 
 Here one task per process and event loop does all the popping and is never cancelled by a caller: receive()
 waits only on its channel's buffer, which a cancellation leaves intact. When the pop fails (Redis down or
