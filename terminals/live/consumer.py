@@ -14,6 +14,7 @@ import json
 import logging
 from urllib.parse import parse_qs, urlparse
 
+from autobahn.exception import Disconnected
 from channels.db import DatabaseSyncToAsync
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.consumer import get_handler_name
@@ -402,7 +403,15 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         await self.close(code=CLOSE_INACTIVE if event["lost"] else CLOSE_UNAVAILABLE)
 
     async def _send(self, frame: dict) -> None:
-        await self.send(text_data=json.dumps(frame, ensure_ascii=False))
+        # Output the worker pushed can be dispatched after this side sent its close (a stopping server) or after
+        # the client's socket closed, before its disconnect is handled. Sending then raised out of the handler and
+        # ended the consumer without its disconnect: no detach from the worker, no audit row.
+        if self.closing:
+            return  # nothing follows a close frame
+        try:
+            await self.send(text_data=json.dumps(frame, ensure_ascii=False))
+        except Disconnected:
+            self.closing = True  # the client is gone; its disconnect, on its way, detaches and audits
 
     async def _error(self, code: str, message: str) -> None:
         await self._send({"type": "error", "code": code, "message": message})
