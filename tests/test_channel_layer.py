@@ -13,6 +13,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from terminals.channel_layer import RedisChannelLayer
 
+from .runtime_support import wait_until
 from .servers import start_redis
 
 ROUNDS = 30
@@ -29,6 +30,14 @@ def redis():
 def layer_for(url: str, **config) -> RedisChannelLayer:
     # The settings' own options: a read timeout that outlasts the 5 s blocking pop.
     return RedisChannelLayer(hosts=[{"address": url, "socket_timeout": 15}], **config)
+
+
+async def pops_blocked(sender, count: int = 1) -> None:
+    """Returns once Redis shows count clients blocked in a pop: a receive() under way. Each check is a round trip
+    to Redis, which lets the receivers run meanwhile."""
+    deadline = time.monotonic() + DEADLINE
+    while sum("b" in client["flags"] for client in await sender.client_list()) < count:
+        assert time.monotonic() < deadline, f"fewer than {count} receive() got as far as a pop on Redis"
 
 
 async def arrive(sender, layer: RedisChannelLayer, channel: str, message: dict) -> None:
@@ -52,7 +61,7 @@ def test_a_cancelled_receive_never_takes_another_channels_reply(redis):
         for number in range(ROUNDS):
             leaving, asking = await layer.new_channel(), await layer.new_channel()
             waiting = asyncio.ensure_future(layer.receive(leaving))
-            await asyncio.sleep(0.003)  # under way: its pop is blocked on Redis
+            await pops_blocked(sender)
             await arrive(sender, layer, asking, {"type": "reply", "number": number})
             waiting.cancel()
             done, _ = await asyncio.wait([waiting], timeout=0.5)
@@ -83,7 +92,9 @@ def test_every_waiting_receive_gets_the_error_when_redis_dies_and_the_next_one_w
         layer = layer_for(redis_url)
         channels = [await layer.new_channel() for _ in range(3)]
         waiting = [asyncio.ensure_future(layer.receive(channel)) for channel in channels]
-        await asyncio.sleep(0.05)
+        watcher = redis_client.Redis.from_url(redis_url)
+        await pops_blocked(watcher)
+        await watcher.aclose()
         process.stop(signal.SIGKILL)
         results = await asyncio.wait_for(asyncio.gather(*waiting, return_exceptions=True), DEADLINE)
         back, _ = start_redis(port)
@@ -109,11 +120,12 @@ def test_messages_nobody_reads_for_the_expiry_are_dropped(redis):
         layer = layer_for(redis_url, expiry=1)
         gone, alive = await layer.new_channel(), await layer.new_channel()
         await layer.send(gone, {"type": "late"})
-        sent = time.monotonic()
-        while time.monotonic() - sent < layer.expiry + 0.5:  # messages arriving are when old ones are looked at
-            await layer.send(alive, {"type": "tick"})
-            assert await asyncio.wait_for(layer.receive(alive), DEADLINE) == {"type": "tick"}
-            await asyncio.sleep(0.1)
+        await layer.send(alive, {"type": "tick"})
+        assert await asyncio.wait_for(layer.receive(alive), DEADLINE) == {"type": "tick"}  # the late one came first
+        arrived = time.monotonic()
+        await wait_until(lambda: time.monotonic() - arrived > layer.expiry + 0.5, what="the layer's expiry to pass")
+        await layer.send(alive, {"type": "tick"})  # a message arriving is when old ones are looked at
+        assert await asyncio.wait_for(layer.receive(alive), DEADLINE) == {"type": "tick"}
         try:
             return await asyncio.wait_for(layer.receive(gone), 0.5)
         except TimeoutError:
