@@ -16,13 +16,11 @@ a new receiver.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections import defaultdict
 
 from channels_redis import core
 
-logger = logging.getLogger(__name__)
 
 
 class _Failure:

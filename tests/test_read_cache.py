@@ -23,6 +23,15 @@ def set_staff(user, staff: bool) -> None:
     wait_for(lambda: time.monotonic() - changed_at >= KEY_CHECK_SECONDS, 10, "the key check's bound to pass")
 
 
+def first_refusal(api: Api, path: str, timeout: float, what: str):
+    """Reads path until it answers anything but 200; returns that answer."""
+    def refused():
+        response = api.get(path)
+        return (response,) if response.status_code != 200 else None  # a Response with an error status is false
+
+    return wait_for(refused, timeout, what)[0]
+
+
 def test_a_record_cached_by_one_callers_read_opens_nothing_to_another(server, alice, bob, orm):
     terminal = alice.create(shell="/bin/bash")["terminalId"]
     user, key = make_key(staff=True, name="cache-staff")
@@ -61,9 +70,7 @@ def test_a_cached_record_follows_its_row_within_the_cache_bound(server, alice, o
     assert alice.get(path).status_code == 200  # cached now
     TerminalSession.objects.filter(pk=terminal).update(released=timezone.now())
     try:
-        # A Response is false when its status is an error: wrapped, so the first non-200 answer ends the wait.
-        answer, = wait_for(lambda: (lambda response: (response,) if response.status_code != 200 else None)(
-            alice.get(path)), READ_RECORD_SECONDS + 10, "the release to be seen")
+        answer = first_refusal(alice, path, READ_RECORD_SECONDS + 10, "the release to be seen")
         assert answer.status_code == 409, answer.text
         assert answer.json()["error"]["code"] == "TERMINAL_INACTIVE", answer.text
     finally:
@@ -86,8 +93,7 @@ def test_a_cached_record_sees_its_worker_stop_within_the_cache_bound(split_serve
     stopped = Worker.objects.get(pk=worker).stopped
     Worker.objects.filter(pk=worker).update(stopped=timezone.now())
     try:
-        answer, = wait_for(lambda: (lambda response: (response,) if response.status_code != 200 else None)(
-            alice.get(path)), READ_RECORD_SECONDS + 10, "the stopped worker to be seen")
+        answer = first_refusal(alice, path, READ_RECORD_SECONDS + 10, "the stopped worker to be seen")
         assert answer.status_code == 503, answer.text
         assert answer.json()["error"]["code"] == "WORKER_UNAVAILABLE", answer.text
     finally:
