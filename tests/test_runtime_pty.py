@@ -156,6 +156,36 @@ def test_ctrl_c_interrupts_the_foreground_program(shell):
     run(scenario)
 
 
+def test_a_signal_for_a_foreground_job_that_just_ended_goes_to_the_shell():
+    """Between two commands of a loop the terminal's foreground group can be a job that has ended, before the shell
+    takes the terminal back. A signal for the foreground then goes to the shell, which ends the loop, instead of
+    to the group that no longer exists, where it was lost and the loop ran on. The shell is held stopped to keep
+    that moment still."""
+
+    async def scenario():
+        session = spawn(BASH)
+        try:
+            await wait_for_prompts(session, 1)
+            session.write(b"while :; do sleep 30; done\n")
+            await wait_until(lambda: running(session, "sleep"), session=session, what="the loop's sleep to start")
+            os.kill(session.pid, signal.SIGSTOP)
+            sleeper = next(pid for pid in processes.session_members(session.pid) if command_name(pid) == "sleep")
+            os.kill(sleeper, signal.SIGKILL)
+            await wait_until(lambda: not processes.group_members(session.foreground_group()),
+                             what="the foreground job to be gone while the shell is stopped")
+            signalled = session.signal_foreground(signal.SIGINT)
+            os.kill(session.pid, signal.SIGCONT)
+            assert signalled == session.pid
+            await wait_for_prompts(session, 2)  # the loop ended
+            session.write(b"echo after-$((6*7))\n")
+            await wait_for_line(session, "after-42")
+            assert not running(session, "sleep")
+        finally:
+            await cleanup(session)
+
+    run(scenario)
+
+
 @SHELLS
 def test_exit_code_is_reported(shell):
     """`exit 7` ends the session with exit code 7, and wait_for_exit returns that status."""

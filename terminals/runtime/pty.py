@@ -263,6 +263,11 @@ class PtySession(ChildProcess):
         group = self.foreground_group()
         if group is None:
             raise SessionInactive("the terminal's process has ended")
+        if group > 0 and group != self.pid and self.has_session and not processes.group_members(group):
+            # The foreground job has just ended and the shell has not taken the terminal back yet (a loop between
+            # two commands): the signal goes to the shell, as the key pressed a moment later would, instead of
+            # to a group that no longer exists, where it was lost and the loop ran on.
+            group = self.pid
         return self._signal_group(group, signum)
 
     def resize(self, cols: int, rows: int) -> None:
