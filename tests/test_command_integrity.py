@@ -66,11 +66,10 @@ def read(path):
 
 
 def environment(shell, *roots):
-    found = b"\0".join(f"{name}={value}".encode() for name, value in os.environ.items())
-    found += read(f"/proc/{shell}/environ") + read(f"/proc/{shell}/cmdline")
+    found = [f"{name}={value}".encode() for name, value in os.environ.items()]
+    found += [read(f"/proc/{shell}/environ"), read(f"/proc/{shell}/cmdline")]
     try:
-        found += " ".join(os.listdir(f"/proc/{shell}/fd")).encode()
-        found += read(f"/proc/{shell}/fd/9")
+        found += [" ".join(os.listdir(f"/proc/{shell}/fd")).encode(), read(f"/proc/{shell}/fd/9")]
     except OSError as error:
         os.write(1, f"/proc/{shell}/fd: {error.strerror}\n".encode())
     # Every file the account can read where the service keeps things: its hooks, its data.
@@ -82,8 +81,8 @@ def environment(shell, *roots):
     for root in roots:
         for folder, _, names in os.walk(root):
             for name in names:
-                found += read(os.path.join(folder, name))
-    forge("the environment, /proc and files", found)
+                found.append(read(os.path.join(folder, name)))
+    forge("the environment, /proc and files", b"\0".join(found))
 
 
 def memory(shell):

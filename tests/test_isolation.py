@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import uuid
 from pathlib import Path
@@ -179,6 +180,32 @@ def test_a_directory_the_account_cannot_enter_is_refused(nobody_server, keys, tm
     assert response.status_code == 400, response.text
     assert response.json()["error"]["code"] == "INVALID_INPUT"
     assert "nobody" in response.json()["error"]["message"]
+
+
+COPY_OF_THE_HOOKS = """
+import os, sys
+from terminals.runtime import shell
+shell._world_readable = lambda directory: False  # as from a checkout other accounts cannot read
+copy = shell.integration_dir()
+print(copy, sorted(os.listdir(copy)), flush=True)
+if os.fork() == 0:
+    sys.exit(0)  # a forked child that leaves through Python
+os.wait()
+print(os.path.isdir(copy), flush=True)
+"""
+
+
+def test_a_copy_of_the_shell_hooks_goes_when_the_process_that_made_it_exits():
+    """A checkout other accounts cannot read has its hooks copied to /tmp for the terminals' accounts; every
+    process that hosts terminals makes one, so the copy must go with its process, but not with a forked child."""
+    result = subprocess.run([sys.executable, "-c", COPY_OF_THE_HOOKS], capture_output=True, text=True, timeout=60,
+                            cwd=django_settings.BASE_DIR)
+    assert result.returncode == 0, result.stderr
+    made, survived_the_child = result.stdout.splitlines()
+    copy = made.split(" ", 1)[0]
+    assert copy.startswith(tempfile.gettempdir()) and "bashrc" in made, made
+    assert survived_the_child == "True"
+    assert not os.path.exists(copy)
 
 
 @pytest.fixture(scope="module")

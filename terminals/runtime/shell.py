@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
 import shutil
 import tempfile
@@ -36,15 +37,23 @@ def integration_dir() -> Path:
 
     Terminals may run as another account (TERMINALS_RUN_AS) than the one that
     installed the service, whose checkout may be private (under /root, say);
-    then the hooks are copied once to a world-readable directory.
+    then the hooks are copied once to a world-readable directory, which goes
+    when this process exits. Shells read the hooks only as they start, so the
+    ones still running then lose nothing.
     """
     if _world_readable(SHIPPED_INTEGRATION):
         return SHIPPED_INTEGRATION
     copy = Path(tempfile.mkdtemp(prefix="terminals-shell-integration-"))
+    atexit.register(_remove_copy, copy, os.getpid())
     shutil.copytree(SHIPPED_INTEGRATION, copy, dirs_exist_ok=True)
     for path in [copy, *copy.rglob("*")]:
         os.chmod(path, 0o755 if path.is_dir() else 0o644)
     return copy
+
+
+def _remove_copy(copy: Path, owner: int) -> None:
+    if os.getpid() == owner:  # a forked child that exits through Python must not take its parent's copy
+        shutil.rmtree(copy, ignore_errors=True)
 
 
 def _world_readable(directory: Path) -> bool:
