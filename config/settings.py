@@ -133,7 +133,7 @@ if REDIS_URL:
     }
     # Throttle counts only: short timeouts, so a frozen Redis delays a request by a second at most (throttling.py
     # then lets requests through uncounted for a while).
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+    CACHES = {"default": {"BACKEND": "terminals.shared_cache.SharedRedisCache", "LOCATION": REDIS_URL,
                           "OPTIONS": {"socket_timeout": 1, "socket_connect_timeout": 1}}}
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 1000}}}
