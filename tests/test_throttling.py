@@ -1,8 +1,14 @@
 """Per-key throttling: 429 RATE_LIMITED with Retry-After, a stricter rate for creation, shared across web processes."""
 
+import pickle
+import uuid
+from types import SimpleNamespace
+
 import pytest
+import redis
 
 from terminals.models import AuditEvent
+from terminals.throttling import SLOTS, ApiKeyRateThrottle
 
 from .client import Api
 from .conftest import make_key
@@ -81,3 +87,74 @@ def test_a_spoofed_forwarded_for_does_not_reset_the_count(orm, throttled_server)
     # The audit records the connection's address, not the claimed one.
     sources = set(AuditEvent.objects.filter(key_prefix=key.split(".")[0]).values_list("source", flat=True))
     assert sources and not any(source.startswith("10.") for source in sources)
+
+
+# The throttle's count itself, in this process's cache, on a clock the test moves.
+
+
+class Clocked(ApiKeyRateThrottle):
+    now = 3_600_000.0  # on a slot's boundary for rates per hour (36 s slots, exact in binary)
+
+    def timer(self):
+        return self.now
+
+
+def throttle_for_a_new_key(rate: str):
+    """A throttle at `rate` for a key of its own, on the test's clock; returns it, a request and its cache key."""
+    throttle = type("Throttle", (Clocked,), {"rate": rate})()
+    request = SimpleNamespace(auth=SimpleNamespace(pk=uuid.uuid4().hex), user=None)
+    return throttle, request, throttle.get_cache_key(request, None)
+
+
+def test_a_key_with_a_high_rate_is_counted_in_a_bounded_record():
+    """DRF's throttle keeps every request's time in the window: at this rate tens of thousands, read and written
+    whole on each request. The count per slot stays at most SLOTS numbers, and still counts every request."""
+    throttle, request, key = throttle_for_a_new_key("1000000/min")
+    start = throttle.now
+    for number in range(30_000):  # over a minute
+        throttle.now = start + number * 0.002
+        assert throttle.allow_request(request, None)
+    record = throttle.cache.get(key)
+    assert len(record) <= SLOTS and sum(record.values()) == 30_000
+    assert len(pickle.dumps(record)) < 2000
+
+
+def test_a_request_leaves_the_window_a_window_after_its_slot_and_refusals_count_nothing():
+    throttle, request, key = throttle_for_a_new_key("3/hour")
+    start = throttle.now
+    for offset in (0, 720, 1440):
+        throttle.now = start + offset
+        assert throttle.allow_request(request, None)
+    for offset in range(1800, 3600, 60):  # refused all along, each told to come back when the first has left
+        throttle.now = start + offset
+        assert not throttle.allow_request(request, None)
+        assert throttle.wait() == 3600 - offset
+    throttle.now = start + 3600
+    assert throttle.allow_request(request, None)  # the refusals took no room
+    assert not throttle.allow_request(request, None)
+    assert throttle.wait() == 720  # the request at 720 s leaves at 4320 s
+    assert sum(throttle.cache.get(key).values()) == 3
+
+
+def test_a_slot_holds_its_requests_until_the_window_has_passed_its_start():
+    """Requests are held to the start of their slot (36 s of an hour): one made late in its slot leaves the
+    window up to a slot before a whole hour has passed, never after."""
+    throttle, request, _ = throttle_for_a_new_key("1/hour")
+    start = throttle.now
+    throttle.now = start + 30  # late in the first slot
+    assert throttle.allow_request(request, None)
+    throttle.now = start + 3599
+    assert not throttle.allow_request(request, None) and throttle.wait() == 1
+    throttle.now = start + 3600
+    assert throttle.allow_request(request, None)
+
+
+def test_split_web_processes_keep_their_redis_connections(split_server, keys):
+    """Each request counts against its key in Redis. Django makes a cache object per request context; had each
+    made its own connection pool (as Django's Redis cache does), each request would connect to Redis anew."""
+    server = redis.Redis.from_url(split_server.redis_url)
+    before = server.info("stats")["total_connections_received"]
+    api = Api(split_server.url, keys["alice"])
+    for _ in range(60):
+        assert api.get("/api/terminals").status_code == 200
+    assert server.info("stats")["total_connections_received"] - before < 10
