@@ -9,6 +9,7 @@ import time
 
 import pytest
 import redis.asyncio as redis_client
+from channels.exceptions import ChannelFull
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from terminals.channel_layer import RedisChannelLayer
@@ -134,3 +135,69 @@ def test_messages_nobody_reads_for_the_expiry_are_dropped(redis):
             await layer.close_pools()
 
     assert asyncio.run(late_reply()) is None
+
+
+def test_a_request_and_its_reply_take_four_commands_on_redis(redis):
+    """A send is one script, a pop one blocking command: a request to another process and its reply cost four
+    commands (channels_redis's own layer: sixteen, each a round trip). Counted by Redis, so it holds on any
+    machine; the time it saves is figure 2's in bench/."""
+    _, redis_url = redis
+    exchanges = 50
+
+    async def ping_pong():
+        asker, answerer = layer_for(redis_url), layer_for(redis_url)
+        question, answer = await answerer.new_channel(), await asker.new_channel()
+
+        async def answer_each():
+            for _ in range(exchanges):
+                message = await answerer.receive(question)
+                await answerer.send(message["reply_to"], {"type": "reply", "n": message["n"]})
+
+        answering = asyncio.create_task(answer_each())
+        await asker.send(question, {"type": "warm-up", "reply_to": answer, "n": -1})  # scripts loaded, pops started
+        assert (await asyncio.wait_for(asker.receive(answer), DEADLINE))["n"] == -1
+        counter = redis_client.Redis.from_url(redis_url)
+        before = await commands(counter)
+        for number in range(exchanges - 1):
+            await asker.send(question, {"type": "ask", "reply_to": answer, "n": number})
+            assert await asyncio.wait_for(asker.receive(answer), DEADLINE) == {"type": "reply", "n": number}
+        used = await commands(counter) - before
+        await answering
+        await asker.close_pools()
+        await answerer.close_pools()
+        await counter.aclose()
+        return used
+
+    # Each exchange: two sends and two pops; a pop that waited out its 5 s timeout would add one.
+    assert asyncio.run(ping_pong()) <= 4 * (exchanges - 1) + 4
+
+
+async def commands(server) -> int:
+    """Commands clients sent Redis, each a round trip: Redis counts the four a send's script runs inside it (none
+    of the sends here finds its channel full) as calls too, and the INFO that reads the counts is left out."""
+    stats = await server.info("commandstats")
+    calls = {name.removeprefix("cmdstat_"): entry["calls"] for name, entry in stats.items()}
+    scripts = calls.get("evalsha", 0) + calls.get("eval", 0)
+    return sum(calls.values()) - calls.get("info", 0) - 4 * scripts
+
+
+def test_a_send_to_a_full_channel_is_refused_and_adds_nothing(redis):
+    """The capacity holds in the one-script send: past it, ChannelFull (the live fan-out's flow control), and
+    the channel keeps exactly what it had."""
+    _, redis_url = redis
+
+    async def overfill():
+        sender, receiver = layer_for(redis_url, capacity=3), layer_for(redis_url)
+        channel = await receiver.new_channel()
+        for number in range(3):
+            await sender.send(channel, {"type": "m", "n": number})
+        with pytest.raises(ChannelFull):
+            await sender.send(channel, {"type": "m", "n": 3})
+        received = [(await asyncio.wait_for(receiver.receive(channel), DEADLINE))["n"] for _ in range(3)]
+        await sender.send(channel, {"type": "m", "n": 4})  # room again
+        received.append((await asyncio.wait_for(receiver.receive(channel), DEADLINE))["n"])
+        await sender.close_pools()
+        await receiver.close_pools()
+        return received
+
+    assert asyncio.run(overfill()) == [0, 1, 2, 4]
