@@ -4,13 +4,17 @@ A key's rate holds over a sliding window, as with DRF's SimpleRateThrottle,
 which keeps the time of every request in the window and reads and writes
 that list whole on every request: at a rate of 1,000,000 a minute, a quarter
 of a megabyte pickled (and, in split mode, sent to Redis and back) per
-request. Here the window is cut into SLOTS slots and a key keeps a count per
-slot: at most SLOTS numbers, whatever the rate. A request leaves the window
-when its slot's start is a whole window old, up to one slot (0.6 s of a
-minute) earlier than its own time would; nothing else changes. As with DRF,
-requests that arrive at the same moment may read the same count, so the
-rate is approximate under concurrency. Hard limits (terminals per user,
-bytes per buffer) are enforced by the worker, not here.
+request, and two requests at the same moment could both read the list
+before either wrote it, and be counted once. Here the window is cut into
+SLOTS slots and a key keeps a count per slot: at most SLOTS numbers,
+whatever the rate. A request is counted and the counts read back in one
+atomic step (shared_cache.py; one round trip to Redis), so requests at the
+same moment through any web process are each counted, and no more than the
+rate pass. One over the rate is refused and its count taken back; until
+then it may refuse a request arriving at the same instant. A request leaves
+the window when its slot's start is a whole window old, up to one slot
+(0.6 s of a minute) earlier than its own time would. Hard limits (terminals
+per user, bytes per buffer) are enforced by the worker, not here.
 
 When the cache cannot be reached (Redis down or frozen), the throttle fails
 open: the request goes on uncounted. The throttle is a soft limit, and the same
@@ -50,7 +54,7 @@ class ApiKeyRateThrottle(SimpleRateThrottle):
     """Counts every request of one API key."""
 
     scope = "api"
-    cache_format = "throttle_%(scope)s_%(ident)s_slots"  # not the key of DRF's list of times, which a cache may still hold
+    cache_format = "throttle_%(scope)s_%(ident)s_slots"  # not the key of DRF's list of times a cache may hold
     _wait: float | None = None
 
     def allow_request(self, request, view) -> bool:
@@ -74,13 +78,14 @@ class ApiKeyRateThrottle(SimpleRateThrottle):
         now = self.timer()
         slot_seconds = self.duration / SLOTS
         slot = int(now // slot_seconds)
-        counts = {held: count for held, count in self.cache.get(key, {}).items() if held > slot - SLOTS}
-        if sum(counts.values()) >= self.num_requests:
-            self._wait = self._seconds_until_room(counts, now, slot_seconds)
-            return False  # a refused request is not counted
-        counts[slot] = counts.get(slot, 0) + 1
-        self.cache.set(key, counts, self.duration)
-        return True
+        oldest = slot - SLOTS + 1
+        counts = self.cache.count_in_slot(key, slot, oldest, self.duration)
+        if sum(counts.values()) <= self.num_requests:
+            return True
+        self.cache.count_in_slot(key, slot, oldest, self.duration, add=-1)  # a refused request is not counted
+        counts[slot] -= 1
+        self._wait = self._seconds_until_room(counts, now, slot_seconds)
+        return False
 
     def _seconds_until_room(self, counts: dict[int, int], now: float, slot_seconds: float) -> float:
         """Until enough of the oldest slots have left the window to leave room for one more request."""

@@ -1,7 +1,9 @@
 """Per-key throttling: 429 RATE_LIMITED with Retry-After, a stricter rate for creation, shared across web processes."""
 
 import pickle
+import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import pytest
@@ -60,18 +62,37 @@ def test_health_is_never_throttled(throttled_server):
     assert {anonymous.get("/api/health").status_code for _ in range(10)} == {200}
 
 
-def test_split_web_processes_share_one_count(orm):
-    """In split mode the count lives in Redis, so two web processes together allow the rate once."""
+@pytest.fixture(scope="module")
+def throttled_split(django_db_setup):
     server = start_split(webs=2, workers=1, **RATES)
-    try:
-        _, key = make_key()
-        first, second = (Api(url, key) for url in server.urls)
-        statuses = [(first if number % 2 else second).get("/api/terminals").status_code for number in range(6)]
-        assert statuses == [200] * 6
-        assert first.get("/api/terminals").status_code == 429
-        assert second.get("/api/terminals").status_code == 429
-    finally:
-        server.stop()
+    yield server
+    server.stop()
+
+
+def test_split_web_processes_share_one_count(orm, throttled_split):
+    """In split mode the count lives in Redis, so two web processes together allow the rate once."""
+    _, key = make_key()
+    first, second = (Api(url, key) for url in throttled_split.urls)
+    statuses = [(first if number % 2 else second).get("/api/terminals").status_code for number in range(6)]
+    assert statuses == [200] * 6
+    assert first.get("/api/terminals").status_code == 429
+    assert second.get("/api/terminals").status_code == 429
+
+
+def test_requests_at_the_same_moment_through_both_web_processes_pass_no_more_than_the_rate(orm, throttled_split):
+    """Eighteen requests at once, half through each web process, for a rate of six: each is counted in one atomic
+    step, so exactly six pass. A throttle that reads the count and writes it back lets more through."""
+    _, key = make_key()
+    clients = [Api(url, key) for url in throttled_split.urls]
+    start = threading.Barrier(18)
+
+    def one(number):
+        start.wait(timeout=30)
+        return clients[number % 2].get("/api/terminals").status_code
+
+    with ThreadPoolExecutor(18) as pool:
+        statuses = list(pool.map(one, range(18)))
+    assert sorted(statuses) == [200] * 6 + [429] * 12
 
 
 def test_a_spoofed_forwarded_for_does_not_reset_the_count(orm, throttled_server):
