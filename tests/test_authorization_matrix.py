@@ -15,7 +15,6 @@ import uuid
 
 import pytest
 import requests
-import websockets
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from terminals.acp.methods import METHODS as ACP_METHODS

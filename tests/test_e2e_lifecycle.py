@@ -1,6 +1,5 @@
 """One terminal's whole life through the REST API, on the embedded and the split deployment alike."""
 
-import pytest
 
 
 def test_terminal_lifecycle_create_type_read_stats_delete(client):

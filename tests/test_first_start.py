@@ -11,7 +11,7 @@ import tempfile
 
 import requests
 
-from .servers import ROOT, ServiceProcess, service_env, wait_for
+from .servers import ROOT, ServiceProcess, service_env
 
 
 def start(data_dir: str) -> ServiceProcess:
