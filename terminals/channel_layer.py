@@ -25,13 +25,11 @@ in flight had taken, and those messages were for this process, which is then goi
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
 from collections import defaultdict
 
 from channels.exceptions import ChannelFull
 from channels_redis import core
-from redis.exceptions import NoScriptError
 
 POP_BATCH = 64  # messages one pop may take
 
@@ -45,7 +43,6 @@ redis.call('ZADD', KEYS[1], ARGV[3], ARGV[4])
 redis.call('EXPIRE', KEYS[1], ARGV[5])
 return 1
 """
-SEND_SHA = hashlib.sha1(SEND.encode()).hexdigest()
 
 
 class _Failure:
@@ -63,6 +60,7 @@ class RedisChannelLayer(core.RedisChannelLayer):
         self._waiting: defaultdict[str, int] = defaultdict(int)  # receive() calls waiting, by channel
         self._read: dict[str, float] = {}  # when each channel with buffered messages was last read
         self._pruned = time.monotonic()
+        self._send_script = None
 
     async def receive(self, channel):
         if "!" not in channel:
@@ -137,11 +135,9 @@ class RedisChannelLayer(core.RedisChannelLayer):
         arguments = (int(now) - int(self.expiry), self.get_capacity(channel), now, self.serialize(message),
                      int(self.expiry))
         connection = self.connection(index)
-        try:
-            added = await connection.evalsha(SEND_SHA, 1, key, *arguments)
-        except NoScriptError:  # the first send since Redis started
-            added = await connection.eval(SEND, 1, key, *arguments)
-        if not added:
+        if self._send_script is None:
+            self._send_script = connection.register_script(SEND)  # loads it into Redis when Redis lacks it
+        if not await self._send_script(keys=[key], args=arguments, client=connection):
             raise ChannelFull()
 
     def _buffer(self, channel: str, message: dict) -> None:

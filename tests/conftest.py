@@ -23,6 +23,9 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: item.nodeid.split("::")[0].endswith("test_zz_no_secrets.py"))
 
 
+LOG_LINES_ON_FAILURE = 40
+
+
 def pytest_runtest_setup(item):
     item.log_sizes = {id(process): _size(process) for process in STARTED}
 
@@ -42,9 +45,6 @@ def pytest_runtest_makereport(item, call):
                 log.seek(start)
                 lines = log.read().decode(errors="replace").splitlines()[-LOG_LINES_ON_FAILURE:]
             report.sections.append((f"{process.name} (pid {process.pid}) logged", "\n".join(lines)))
-
-
-LOG_LINES_ON_FAILURE = 40
 
 
 def _size(process) -> int:
