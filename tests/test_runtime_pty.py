@@ -297,6 +297,29 @@ def test_output_written_right_before_exit_is_in_the_buffer(argv, command):
     run(scenario)
 
 
+
+def test_the_exit_waits_for_the_end_of_output_once_no_process_of_the_terminal_is_left():
+    """Output that reaches the service after the exit is seen (as on a busy machine) is still reported with it,
+    when nothing of the terminal is left to hold the output open. The late writer stands in for the kernel's slow
+    delivery: it left the terminal's session, and carries no marker (the service cannot see it), so it writes
+    "late" 1 s after the exit and then lets the output end. Before, the exit was reported 0.25 s after it, without
+    "late": a command that ended its shell (`printf x; exit 3`) once returned no output on a loaded CI machine."""
+    # Ignoring SIGHUP, it outlives the session leader's exit, which hangs up its process group.
+    late_writer = "trap '' HUP; setsid sh -c 'sleep 1; printf late' &"
+
+    async def scenario():
+        seen_at_exit = []
+        session = spawn(["sh", "-c", f"{late_writer} printf early; exit 3"],
+                        on_exit=lambda ended: seen_at_exit.append(ended.buffer.read_bytes(0, ended.buffer.end)[0]))
+        try:
+            status = await session.wait_for_exit(timeout=10)
+            assert status == ExitStatus(exit_code=3, signal=None)
+            assert seen_at_exit == [b"earlylate"]
+        finally:
+            await cleanup(session)
+
+    run(scenario)
+
 # Ending sessions
 
 

@@ -14,7 +14,8 @@ from . import processes, signals
 from .buffer import OutputBuffer
 from .errors import KillFailed, SessionInactive, WriteFailed
 
-EXIT_DRAIN_SECONDS = 0.25  # how long output may trail the process's exit before exit is reported
+EXIT_DRAIN_SECONDS = 0.25  # how long output may trail the exit while a process of the terminal may hold it open
+EXIT_OUTPUT_WAIT_SECONDS = 5.0  # the same while none is left: the end of output is on its way, only slow
 MEMBER_POLL_SECONDS = 0.02
 MARKER_VARIABLE = signals.MARKER_VARIABLE  # set in every terminal's environment; marks what it started
 
@@ -75,6 +76,7 @@ class ChildProcess:
         self._pidfd = -1
         self._loop: asyncio.AbstractEventLoop | None = None
         self._exit_reported = False
+        self._exit_seen_at = 0.0
         self._exited = asyncio.Event()
         self._output_seen: asyncio.Event | None = None
         self.exit_status: ExitStatus | None = None
@@ -148,9 +150,24 @@ class ChildProcess:
         if self._output_done():
             self._report_exit()
         else:
-            # Output written just before the exit may still be on its way, and a
-            # background child may hold the output open for good.
-            self._loop.call_later(EXIT_DRAIN_SECONDS, self._report_exit)
+            self._exit_seen_at = self._loop.time()
+            self._loop.call_later(EXIT_DRAIN_SECONDS, self._report_exit_once_drained)
+
+    def _report_exit_once_drained(self) -> None:
+        """Output written just before the exit may still be on its way, and a background process may hold the
+        output open for good. While one of the terminal's processes lives, the exit is reported after
+        EXIT_DRAIN_SECONDS. Once none does, the end of output is certain to come, only late on a busy machine:
+        reported early, a command that ends its shell (`printf x; exit 3`) lost its output. So the report waits
+        for it, up to EXIT_OUTPUT_WAIT_SECONDS (a process that left the terminal's session and marker can still
+        hold the output; it is not waited for beyond that)."""
+        assert self._loop is not None
+        if self._exit_reported:
+            return
+        waited = self._loop.time() - self._exit_seen_at
+        if waited < EXIT_OUTPUT_WAIT_SECONDS and not self.members():
+            self._loop.call_later(EXIT_DRAIN_SECONDS, self._report_exit_once_drained)
+            return
+        self._report_exit()
 
     def _report_exit(self) -> None:
         if self._exit_reported:
