@@ -65,12 +65,17 @@ def client_address(request) -> str:
 
 def audit(actor: Actor, action: str, *, outcome: str = "ok", terminal_id=None, **details) -> AuditEvent:
     """Writes one audit event; raises AuditUnavailable (503) when the database refuses it."""
+    return audit_carried(actor.as_dict(), action, outcome=outcome, terminal_id=terminal_id, **details)
+
+
+def audit_carried(actor: dict, action: str, *, outcome: str = "ok", terminal_id=None, **details) -> AuditEvent:
+    """audit() under an actor carried as Actor.as_dict(), the way a worker writes rows for a web process's user."""
     try:
         return AuditEvent.objects.create(
-            user=actor.user,
-            username=actor.username,
-            key_prefix=actor.key_prefix,
-            source=actor.source,
+            user_id=actor.get("user_id"),
+            username=actor.get("username", ""),
+            key_prefix=actor.get("key_prefix", ""),
+            source=actor.get("source", ""),
             action=action,
             terminal_id=terminal_id,
             outcome=outcome,

@@ -16,8 +16,8 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from . import clock
-from .audit import SYSTEM, audit
-from .models import AuditEvent, Recording, TerminalSession, Worker
+from .audit import SYSTEM, audit, audit_carried
+from .models import Recording, TerminalSession, Worker
 from .runtime.errors import SessionLimitReached
 from .runtime.processes import process_alive
 from .runtime.pty import ExitStatus
@@ -193,10 +193,16 @@ def session_reserve(message: dict, *, worker_id: str) -> TerminalSession:
         return _session_insert(message, worker_id=worker_id)
 
 
-def session_started(record: TerminalSession, pid: int) -> TerminalSession:
-    """The reserved record, now with its pid. Not read back: nothing but this worker, which started it a moment ago
-    and records its end after this (its database work runs in order), changes it meanwhile."""
-    TerminalSession.objects.filter(pk=record.pk).update(pid=pid)
+def session_started(record: TerminalSession, pid: int, creation: dict | None = None) -> TerminalSession:
+    """The reserved record, now with its pid, and the creation's audit row (creation: the actor, as
+    Actor.as_dict(), and the details) in the same transaction. Raises AuditUnavailable when the database refuses
+    either: the caller ends the terminal, so none runs off the record. Not read back: nothing but this worker,
+    which started it a moment ago and records its end after this (its database work runs in order), changes it
+    meanwhile."""
+    with transaction.atomic():
+        TerminalSession.objects.filter(pk=record.pk).update(pid=pid)
+        if creation is not None:
+            audit_carried(creation["actor"], "create", terminal_id=record.pk, **creation["details"], pid=pid)
     record.pid = pid
     return record
 
@@ -262,16 +268,7 @@ def session_resize(session_id: str, cols: int, rows: int) -> None:
 
 def command_audit(terminal_id: str, command: dict, actor: dict) -> None:
     """Records how an API command ended, under the user who ran it."""
-    AuditEvent.objects.create(
-        user_id=actor.get("user_id"),
-        username=actor.get("username", ""),
-        key_prefix=actor.get("key_prefix", ""),
-        source=actor.get("source", ""),
-        action="command_end",
-        terminal_id=terminal_id,
-        outcome="ok",
-        details=command,
-    )
+    audit_carried(actor, "command_end", terminal_id=terminal_id, **command)
 
 
 def recording_finished(terminal_id: str, size: int, sha256: str, capped: bool) -> None:

@@ -274,18 +274,6 @@ def require_audit_writable() -> None:
         raise AuditUnavailable() from error
 
 
-def _discard(terminal_id: str) -> None:
-    """Ends at once a terminal that was started but could not be put on record."""
-    record = TerminalSession.objects.select_related("worker").filter(pk=terminal_id).first()
-    if record is None or record.worker is None:
-        return
-    try:
-        worker_client.request_sync(record.worker.channel, protocol.TERMINATE, worker_client.default_timeout() + 5,
-                                   id=terminal_id, signal="SIGKILL", grace=0.0)
-    except ServiceError as error:
-        logger.error("terminal %s, started without an audit row, could not be ended: %s", terminal_id, error.message)
-
-
 # Use cases
 
 
@@ -326,8 +314,16 @@ def session_create(
         environment = build_env(requested_env, shell=shell_path, account=account)
         fields = {"kind": "shell", "shell": shell_path, "argv": shell_argv(shell_path) + (["-l"] if login else [])}
     terminal_id = str(uuid.uuid4())
-    require_audit_writable()
-    data = worker_client.request_sync(
+    run_as = account.name if account is not None else ""
+    # The worker writes the terminal's record before it starts anything (a database that cannot take it refuses
+    # the create, 503 AUDIT_UNAVAILABLE, with nothing started), and this audit row with the pid in the same
+    # transaction, or ends the terminal: none runs off the record.
+    creation = {"actor": actor.as_dict(), "details": {
+        "shell": fields["shell"], "command": fields.get("command", ""), "run_as": run_as,
+        "args": fields.get("args", []), "cwd": directory, "name": name or "", "env": sorted(requested_env),
+        "recorded": record,
+    }}
+    return worker_client.request_sync(
         _creation_channel(host),
         protocol.CREATE,
         host=host or "",
@@ -341,20 +337,12 @@ def session_create(
         rows=rows,
         output_byte_limit=output_byte_limit,
         session_id=session_id or "",
-        run_as=account.name if account is not None else "",
+        run_as=run_as,
         username=username,
         record=record,
+        creation=creation,
         **fields,
     )
-    try:
-        audit(actor, "create", terminal_id=terminal_id, shell=fields["shell"], command=fields.get("command", ""),
-              run_as=account.name if account is not None else "",
-              args=fields.get("args", []), cwd=directory, name=name or "", pid=data["pid"], env=sorted(requested_env),
-              recorded=record)
-    except AuditUnavailable:
-        _discard(terminal_id)  # no terminal runs off the record
-        raise
-    return data
 
 
 def should_record(username: str, requested: bool) -> bool:

@@ -19,12 +19,13 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.core.cache import cache
-from django.db import close_old_connections
+from django.db import DatabaseError, close_old_connections
 from prometheus_client import REGISTRY
 from prometheus_client.core import CounterMetricFamily
 
 from .. import records
 from ..clock import now as database_now
+from ..exceptions import AuditUnavailable, ServiceError
 from ..environment import PER_USER, SERVICE, homes_base, run_as_policy
 from ..runtime import confinement as confine
 from ..runtime import integrity, sealed
@@ -518,6 +519,8 @@ class TerminalWorker:
             return protocol.reply_ok(await handler(message))
         except TerminalError as error:
             return protocol.reply_error(error.code, error.message, error.details)
+        except ServiceError as error:  # the database's refusals (AuditUnavailable)
+            return protocol.reply_error(error.default_code, error.message, error.details)
         except Exception:  # noqa: BLE001 - reported to the caller as an internal error
             logger.exception("request %s failed", message.get("type"))
             return protocol.reply_error("INTERNAL_ERROR", "The worker failed to handle the request")
@@ -528,18 +531,33 @@ class TerminalWorker:
         plan = RecordingKeeper.plan(message, self.hostname)
         if plan is not None:
             message = {**message, "recording": plan}
-        reserved = await self.database.run(lambda: records.session_reserve(message, worker_id=self.id))
+        try:
+            # A write before anything starts: when the database cannot take the record, nothing runs.
+            reserved = await self.database.run(lambda: records.session_reserve(message, worker_id=self.id))
+        except DatabaseError as error:
+            logger.error("terminal %s not started, its record cannot be written: %s", message["id"], error)
+            raise AuditUnavailable() from error
         try:
             session = await self._start(message)
         except BaseException:
             await self.database.run(lambda: records.session_abandon(message["id"]))
             raise
         try:
-            record = await self.database.run(lambda: records.session_started(reserved, session.pid))
+            record = await self.database.run(
+                lambda: records.session_started(reserved, session.pid, message.get("creation")))
         except Exception:
-            await self.manager.terminate(message["id"], signal.SIGKILL, grace=0)
+            await self._undo_start(message["id"])
             raise
         return records.session_created_data(record)
+
+    async def _undo_start(self, session_id: str) -> None:
+        """Ends a terminal that started but could not be put on record (none runs off the record), and takes back
+        its reserved row, which would otherwise count against its owner's limit."""
+        await self.manager.terminate(session_id, signal.SIGKILL, grace=0)
+        try:
+            await self.database.run(lambda: records.session_abandon(session_id))
+        except DatabaseError as error:
+            logger.error("terminal %s was ended unrecorded; its reserved row stays: %s", session_id, error)
 
     async def _start(self, message: dict):
         env = {**message["env"], MARKER_VARIABLE: message["id"]}

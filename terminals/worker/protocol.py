@@ -31,6 +31,8 @@ CREATE = "terminal.create"  # id, owner_id, api_key_id, name, shell, argv, cwd, 
 #                             run_as (the account, "" for the worker's own), username (the owner's)
 #                             record (whether to record it; the worker adds "recording": where, on which host)
 #                             declined (ids of the full workers that passed it on to another worker's channel)
+#                             creation (the audit row the worker writes with the pid: actor, as Actor.as_dict(),
+#                             and details)
 INPUT = "terminal.input"  # id, data (str, sent as UTF-8), close (end of input, pipes only)
 OUTPUT = "terminal.output"  # id, since, since_time (unix time), stream, read
 BYTES = "terminal.bytes"  # id, from_byte, max_bytes, strip_ansi, stream
