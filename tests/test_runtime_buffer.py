@@ -605,3 +605,19 @@ def test_buffer_cuts_one_huge_chunk_down_to_what_it_holds():
     buffer.append(b"\nend\n")
     assert buffer.read_lines(since=1).lines == ["end"]
     assert buffer.stats().oldest_line == 0
+
+
+def test_a_restarted_buffer_holds_and_reads_only_what_came_after():
+    """restart_at empties the buffer (the live feed's copy does it when a burst outran the terminal's own buffer):
+    its lines, as well as its bytes, start again, with the line count going on. Before, it kept the line count of
+    what it had emptied and a line read failed with an IndexError."""
+    buffer = OutputBuffer(max_lines=3, max_bytes=1000)
+    buffer.append(b"a\nb\nc\n")
+    buffer.restart_at(100)
+    buffer.append(b"x\ny\n")
+    assert buffer.read_lines(since=None, mode="full", max_lines=10).lines == ["x", "y"]
+    assert buffer.stats() == BufferStats(total_lines=5, total_bytes=104, buffer_lines=2, buffer_bytes=4,
+                                         oldest_line=3, newest_line=4, oldest_byte=100)
+    buffer.append(b"z\nw\n")  # past max_lines: the oldest new line goes
+    assert buffer.read_lines(since=None, mode="full", max_lines=10).lines == ["y", "z", "w"]
+    assert buffer.read_bytes(0, 100, complete=True) == (b"y\nz\nw\n", 102, True)

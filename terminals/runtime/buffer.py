@@ -376,6 +376,7 @@ class OutputBuffer:
         """Empties the buffer and numbers the next byte offset (a copy of another buffer's output)."""
         self._data = ChunkRing()
         self._start = self._indexed_end = offset
+        self._first_line = self._newlines  # the lines before are gone; their count goes on
         self._index = array("q")
         self._times.clear()
         self._head_cut = False
