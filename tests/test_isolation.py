@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -20,6 +21,7 @@ from django.conf import settings as django_settings
 
 from terminals.models import Recording
 from terminals.runtime.accounts import unix_name
+from terminals.runtime.shell import COPY_PREFIX, _owner_tag
 from tests.client import Api
 from tests.conftest import make_key
 from tests.helpers import marked
@@ -206,6 +208,38 @@ def test_a_copy_of_the_shell_hooks_goes_when_the_process_that_made_it_exits():
     assert copy.startswith(tempfile.gettempdir()) and "bashrc" in made, made
     assert survived_the_child == "True"
     assert not os.path.exists(copy)
+
+
+KILLED_WITH_ITS_COPY = """
+import os, signal
+from terminals.runtime import shell
+shell._world_readable = lambda directory: False
+print(shell.integration_dir(), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)  # no atexit: the copy stays behind
+"""
+
+
+def test_a_copy_left_by_a_killed_process_goes_when_the_next_process_makes_its_own():
+    """SIGKILL leaves a process no time to remove its copy of the hooks. The next process that makes a copy
+    removes it, and leaves alone the copies of processes still running and directories it does not own."""
+    killed = subprocess.run([sys.executable, "-c", KILLED_WITH_ITS_COPY], capture_output=True, text=True, timeout=60,
+                            cwd=django_settings.BASE_DIR)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    left = killed.stdout.strip()
+    assert os.path.isdir(left), left
+    # A copy of this very process (alive), named the way copies are, and one that is another account's.
+    alive = tempfile.mkdtemp(prefix=f"{COPY_PREFIX}{_owner_tag(os.getpid())}-")
+    foreign = tempfile.mkdtemp(prefix=f"{COPY_PREFIX}{_owner_tag(os.getpid()).rsplit('.', 1)[0]}.1-")
+    os.chown(foreign, 65534, 65534)
+    try:
+        result = subprocess.run([sys.executable, "-c", COPY_OF_THE_HOOKS], capture_output=True, text=True,
+                                timeout=60, cwd=django_settings.BASE_DIR)
+        assert result.returncode == 0, result.stderr
+        assert not os.path.exists(left)
+        assert os.path.isdir(alive) and os.path.isdir(foreign)
+    finally:
+        shutil.rmtree(alive, ignore_errors=True)
+        shutil.rmtree(foreign, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ import asyncio
 import atexit
 import os
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Callable
@@ -31,6 +32,9 @@ class TerminalBusy(TerminalError):
     code = "TERMINAL_BUSY"
 
 
+COPY_PREFIX = "terminals-shell-integration-"
+
+
 @lru_cache(maxsize=1)
 def integration_dir() -> Path:
     """Where shells read the hooks from: a place every account can read.
@@ -39,11 +43,13 @@ def integration_dir() -> Path:
     installed the service, whose checkout may be private (under /root, say);
     then the hooks are copied once to a world-readable directory, which goes
     when this process exits. Shells read the hooks only as they start, so the
-    ones still running then lose nothing.
+    ones still running then lose nothing. A copy whose process was killed
+    before it could remove it goes when the next process makes its own.
     """
     if _world_readable(SHIPPED_INTEGRATION):
         return SHIPPED_INTEGRATION
-    copy = Path(tempfile.mkdtemp(prefix="terminals-shell-integration-"))
+    _remove_stale_copies()
+    copy = Path(tempfile.mkdtemp(prefix=f"{COPY_PREFIX}{_owner_tag(os.getpid())}-"))
     atexit.register(_remove_copy, copy, os.getpid())
     shutil.copytree(SHIPPED_INTEGRATION, copy, dirs_exist_ok=True)
     for path in [copy, *copy.rglob("*")]:
@@ -54,6 +60,35 @@ def integration_dir() -> Path:
 def _remove_copy(copy: Path, owner: int) -> None:
     if os.getpid() == owner:  # a forked child that exits through Python must not take its parent's copy
         shutil.rmtree(copy, ignore_errors=True)
+
+
+def _owner_tag(pid: int) -> str:
+    """Names a process in its copy's name: its PID namespace, its pid and its start time (pids are reused)."""
+    fields = processes.stat_fields(pid)
+    return f"{_pid_namespace()}.{pid}.{fields[19] if fields else 0}"
+
+
+def _pid_namespace() -> str:
+    try:
+        return "".join(filter(str.isdigit, os.readlink("/proc/self/ns/pid")))
+    except OSError:
+        return "0"
+
+
+def _remove_stale_copies() -> None:
+    """Removes the copies whose process is gone without removing its own (killed with SIGKILL): only this account's
+    directories, named by a process of this PID namespace (pids of another mean nothing here) that no longer runs."""
+    for entry in Path(tempfile.gettempdir()).glob(f"{COPY_PREFIX}*"):
+        tag = entry.name[len(COPY_PREFIX) :].split("-", 1)[0]
+        namespace, pid, _ = (tag.split(".") + ["", "", ""])[:3]
+        if namespace != _pid_namespace() or not pid.isdigit() or _owner_tag(int(pid)) == tag:
+            continue
+        try:
+            found = os.lstat(entry)
+        except OSError:
+            continue
+        if stat.S_ISDIR(found.st_mode) and found.st_uid == os.geteuid():  # never through a link, never another's
+            shutil.rmtree(entry, ignore_errors=True)
 
 
 def _world_readable(directory: Path) -> bool:
