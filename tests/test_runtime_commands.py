@@ -68,3 +68,26 @@ def test_a_prompt_without_the_end_marker_still_ends_the_command():
 
     record = run_in_loop(body)
     assert (record.status, record.exit_code, record.signal) == (COMPLETED, 130, "SIGINT")
+
+
+def test_a_flag_wakes_its_waiters_when_set_and_answers_at_once_while_set():
+    """The flags of a terminal and its commands (runtime/flag.py) wait like asyncio.Event, making one only when
+    something waits: set wakes every waiter, clear makes the next wait wait again."""
+    from terminals.runtime.flag import Flag
+
+    async def scenario():
+        flag = Flag()
+        first, second = asyncio.ensure_future(flag.wait()), asyncio.ensure_future(flag.wait())
+        await asyncio.sleep(0)
+        assert not first.done() and not second.done() and not flag.is_set()
+        flag.set()
+        assert await asyncio.wait_for(asyncio.gather(first, second), 1) == [True, True]
+        assert await asyncio.wait_for(flag.wait(), 0.01) is True  # already set: no waiting
+        flag.clear()
+        again = asyncio.ensure_future(flag.wait())
+        await asyncio.sleep(0)
+        assert not again.done() and not flag.is_set()
+        flag.set()
+        assert await asyncio.wait_for(again, 1) is True
+
+    asyncio.run(scenario())

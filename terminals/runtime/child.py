@@ -8,11 +8,12 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import processes, signals
 from .buffer import OutputBuffer
 from .errors import KillFailed, SessionInactive, WriteFailed
+from .flag import Flag
 
 EXIT_DRAIN_SECONDS = 0.25  # how long output may trail the exit while a process of the terminal may hold it open
 EXIT_OUTPUT_WAIT_SECONDS = 5.0  # the same while none is left: the end of output is on its way, only slow
@@ -77,7 +78,7 @@ class ChildProcess:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._exit_reported = False
         self._exit_seen_at = 0.0
-        self._exited = asyncio.Event()
+        self._exited = Flag()
         self._output_seen: asyncio.Event | None = None
         self.exit_status: ExitStatus | None = None
         self.terminating = False  # ended on request, so its exit is the requester's to record
@@ -111,6 +112,13 @@ class ChildProcess:
         self.buffer.append(data)
         if self.recording is not None:
             self.recording.output(data, self.last_activity)
+
+    def _spawned(self) -> None:
+        """After the spawn, the environment and the launch steps are the child's: a terminal kept for days need not
+        hold a copy of them (a few KB per terminal, bench figure 6)."""
+        self.spec = replace(self.spec, env={}, launch=())
+        if self._process is not None:
+            self._process.args = self.spec.argv  # not the whole launch line (Popen keeps it only to show it)
 
     def _output_arrived(self) -> None:
         if self._output_seen is not None:

@@ -17,14 +17,13 @@ steals typed text can forge those.
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import secrets
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .flag import Flag
 from .markers import Marker
 from .processes import signal_name
 
@@ -51,7 +50,7 @@ class Command:
     exit_code: int | None = None
     signal: str | None = None
     status: str = RUNNING
-    done: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    done: Flag = field(default_factory=Flag, repr=False)
     on_finish: Callable[[Command], None] | None = field(default=None, repr=False)
 
     @property
@@ -115,12 +114,14 @@ class CommandTracker:
         self.signed = True  # the shell's hooks sign API commands' markers; False: nonces (a shell without hooks)
         self._clock = clock
         self._numbers = itertools.count(1)
-        self._history: deque[Command] = deque(maxlen=history_limit)
+        # A list, not a deque(maxlen): an empty deque already holds a block of 64 slots, in every terminal.
+        self._history: list[Command] = []
+        self._history_limit = history_limit
         self._by_id: dict[str, Command] = {}
         self.current: Command | None = None  # the API command in flight
         self.typed: Command | None = None  # a command typed by a person, reported by the hooks
-        self.at_prompt = asyncio.Event()
-        self.prompted = asyncio.Event()  # the shell has shown a prompt once: its line editor is running
+        self.at_prompt = Flag()
+        self.prompted = Flag()  # the shell has shown a prompt once: its line editor is running
         # Prompt markers still to come that belong to before the current command was typed
         # (it was typed before the previous prompt's marker arrived, e.g. during startup).
         self._stale_prompts = 0
@@ -146,8 +147,8 @@ class CommandTracker:
         return record, wrap(command, record.id) if self.signed else wrap_unsigned(command, record.nonce)
 
     def _remember(self, record: Command) -> None:
-        if len(self._history) == self._history.maxlen:
-            self._by_id.pop(self._history[0].id, None)
+        if len(self._history) >= self._history_limit:
+            self._by_id.pop(self._history.pop(0).id, None)
         self._history.append(record)
         self._by_id[record.id] = record
 

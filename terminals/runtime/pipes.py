@@ -72,6 +72,7 @@ class PipeSession(ChildProcess):
             )
         except OSError as error:
             raise SpawnFailed(f"cannot start {self.spec.argv[0]}: {error.strerror}") from error
+        self._spawned()
         process = self._process
         self._stdin = process.stdin
         self._outputs = {"stdout": process.stdout, "stderr": process.stderr}

@@ -94,6 +94,7 @@ class PtySession(ChildProcess):
             raise SpawnFailed(f"cannot start {self.spec.argv[0]}: {error.strerror}") from error
         finally:
             os.close(slave)
+        self._spawned()
         self._fd = master
         os.set_blocking(master, False)
         self._loop.add_reader(self._fd, self._on_readable)
