@@ -10,13 +10,14 @@ from typing import NamedTuple
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import BooleanField, ExpressionWrapper
 from django.db.models.functions import Now
 from django.utils import timezone
 
 from . import clock
 from .audit import SYSTEM, audit, audit_carried
+from .exceptions import AuditUnavailable
 from .models import Recording, TerminalSession, Worker
 from .runtime.errors import SessionLimitReached
 from .runtime.processes import process_alive
@@ -199,10 +200,14 @@ def session_started(record: TerminalSession, pid: int, creation: dict | None = N
     either: the caller ends the terminal, so none runs off the record. Not read back: nothing but this worker,
     which started it a moment ago and records its end after this (its database work runs in order), changes it
     meanwhile."""
-    with transaction.atomic():
-        TerminalSession.objects.filter(pk=record.pk).update(pid=pid)
-        if creation is not None:
-            audit_carried(creation["actor"], "create", terminal_id=record.pk, **creation["details"], pid=pid)
+    try:
+        with transaction.atomic():
+            TerminalSession.objects.filter(pk=record.pk).update(pid=pid)
+            if creation is not None:
+                audit_carried(creation["actor"], "create", terminal_id=record.pk, **creation["details"], pid=pid)
+    except DatabaseError as error:  # the pid's update (a refused audit row raises AuditUnavailable itself)
+        logger.error("terminal %s started, but its pid cannot be written: %s", record.pk, error)
+        raise AuditUnavailable(details={"action": "create"}) from error
     record.pid = pid
     return record
 

@@ -141,30 +141,37 @@ def test_create_and_delete_are_refused_before_acting_when_the_audit_cannot_be_wr
     assert api.create()["status"] == "active"
 
 
+# What the database refuses after the terminal's record is reserved and its shell started: the create's audit row,
+# or the pid written into the record, in the same transaction.
+REFUSALS = {
+    "audit-row": "BEFORE INSERT ON terminals_auditevent WHEN NEW.action = 'create'",
+    "pid": "BEFORE UPDATE OF pid ON terminals_terminalsession WHEN OLD.pid IS NULL",
+}
+
+
 @contextmanager
-def create_rows_refused(settings):
-    """The database refuses the create's audit row, and only it: the terminal's record is reserved and its shell
-    started before the refusal comes."""
+def create_step_refused(settings, refusal: str):
     database = sqlite3.connect(sqlite_path(settings), isolation_level=None, timeout=30)
     try:
-        database.execute("CREATE TRIGGER refuse_create BEFORE INSERT ON terminals_auditevent "
-                         "WHEN NEW.action = 'create' BEGIN SELECT RAISE(ABORT, 'refused by the test'); END")
+        database.execute(f"CREATE TRIGGER refuse_create {REFUSALS[refusal]} "
+                         "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END")
         yield
     finally:
         database.execute("DROP TRIGGER refuse_create")
         database.close()
 
 
-def test_a_create_whose_audit_row_is_refused_ends_its_shell_and_leaves_no_record(service):
+@pytest.mark.parametrize("refusal", sorted(REFUSALS))
+def test_a_create_whose_audit_row_is_refused_ends_its_shell_and_leaves_no_record(service, refusal):
     """The worker writes the create's audit row with the pid, in one transaction, after the shell started. When the
-    database refuses that row, the create answers 503 AUDIT_UNAVAILABLE, the shell is already ended, and no record
+    database refuses either, the create answers 503 AUDIT_UNAVAILABLE, the shell is already ended, and no record
     of it is left active to count against the owner's limit."""
     server, settings, username, api = service
     before = children(server.processes[0].pid)
     active_before = api.get("/api/terminals").json()["data"]["count"]
     created_before = [row for row in audit_rows(settings, username) if row["action"] == "create"]
 
-    with create_rows_refused(settings):
+    with create_step_refused(settings, refusal):
         assert_audit_unavailable(api.post("/api/terminals", json={}))
         assert children(server.processes[0].pid) == before  # ended before the answer
         assert api.get("/api/terminals").json()["data"]["count"] == active_before
