@@ -27,11 +27,21 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
+from urllib.parse import urlsplit
 
 from channels.exceptions import ChannelFull
 from channels_redis import core
+from redis.exceptions import ResponseError
 
 POP_BATCH = 64  # messages one pop may take
+
+
+class RedisTooOld(RuntimeError):
+    """The Redis server lacks BZMPOP (Redis 7.0 brought it), which every receive of this layer uses."""
+
+    def __init__(self, host: str) -> None:
+        super().__init__(f"the Redis server at {host} has no BZMPOP command: the channel layer needs Redis 7.0 or "
+                         "newer. Upgrade Redis (docs/deployment.md)")
 
 # KEYS[1] the channel's key; ARGV: expired-before score, capacity, score, message, expiry in seconds.
 SEND = """
@@ -116,9 +126,30 @@ class RedisChannelLayer(core.RedisChannelLayer):
 
     async def _pop(self, real_channel: str) -> list[bytes]:
         """Up to POP_BATCH messages of the process's channels, oldest first; none when brpop_timeout passes."""
-        connection = self.connection(self.consistent_hash(real_channel))
-        popped = await connection.bzmpop(self.brpop_timeout, 1, [self.prefix + real_channel], min=True, count=POP_BATCH)
+        key = self.prefix + real_channel
+        popped = await self._bzmpop(self.consistent_hash(real_channel), self.brpop_timeout, key, POP_BATCH)
         return [member for member, _ in popped[1]] if popped else []
+
+    async def check_server(self) -> None:
+        """Raises RedisTooOld unless every Redis server of the layer has BZMPOP; a worker checks before it starts."""
+        for index in range(self.ring_size):
+            await self._bzmpop(index, 0.01, f"{self.prefix}check-server", 1)  # a key nobody uses, for 10 ms
+
+    async def _bzmpop(self, index: int, timeout: float, key: str, count: int):
+        try:
+            return await self.connection(index).bzmpop(timeout, 1, [key], min=True, count=count)
+        except ResponseError as error:
+            if "unknown command" in str(error).lower():
+                raise RedisTooOld(self._host_name(index)) from error
+            raise
+
+    def _host_name(self, index: int) -> str:
+        """host:port, never the URL's password."""
+        host = self.hosts[index]
+        if host.get("address"):
+            url = urlsplit(host["address"])
+            return f"{url.hostname}:{url.port or 6379}"
+        return f"{host.get('host', 'localhost')}:{host.get('port', 6379)}"
 
     async def send(self, channel, message):
         """channels_redis's send (expired messages dropped, ChannelFull at capacity, the key's expiry renewed) in

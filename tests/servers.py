@@ -139,15 +139,16 @@ def start_embedded(**env: str) -> Server:
     return server
 
 
-def start_redis(port: int | None = None) -> tuple[ServiceProcess, str]:
-    """redis-server on a free port, or on port (to bring back a Redis that was stopped), empty either way."""
+def start_redis(port: int | None = None, *options: str) -> tuple[ServiceProcess, str]:
+    """redis-server on a free port, or on port (to bring back a Redis that was stopped), empty either way; options
+    are more of redis-server's."""
     binary = shutil.which("redis-server")
     if binary is None:
         raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
     port = port or free_port()
     process = ServiceProcess(
         "redis",
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", *options],
         dict(os.environ),
     )
     process.wait_for_log("Ready to accept connections")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -12,10 +14,10 @@ import redis.asyncio as redis_client
 from channels.exceptions import ChannelFull
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from terminals.channel_layer import RedisChannelLayer
+from terminals.channel_layer import RedisChannelLayer, RedisTooOld
 
 from .runtime_support import wait_until
-from .servers import start_redis
+from .servers import ROOT, service_env, start_redis
 
 ROUNDS = 30
 DEADLINE = 10.0  # a reply that has not come by then is lost
@@ -201,3 +203,28 @@ def test_a_send_to_a_full_channel_is_refused_and_adds_nothing(redis):
         return received
 
     assert asyncio.run(overfill()) == [0, 1, 2, 4]
+
+
+def test_a_redis_without_bzmpop_stops_a_worker_at_once_and_fails_receives_saying_to_upgrade():
+    """Redis older than 7.0 has no BZMPOP, which every receive of this layer uses: a worker would start and then
+    answer nothing. It stops at once instead, naming the version to install, and a receive fails saying the same
+    (the web process logs it). A real redis-server with the command renamed away stands in for an old one."""
+    process, url = start_redis(None, "--rename-command", "BZMPOP", "")
+    try:
+        worker = subprocess.run([sys.executable, "manage.py", "terminal_worker"], cwd=ROOT, capture_output=True,
+                                text=True, timeout=30, env=service_env(REDIS_URL=url))
+        assert worker.returncode == 1, worker.stdout + worker.stderr
+        assert "needs Redis 7.0 or newer" in worker.stderr and "ready on" not in worker.stdout, worker.stderr
+        assert f"127.0.0.1:{url.rsplit(':', 1)[1].split('/')[0]}" in worker.stderr
+
+        async def receive_once():
+            layer = layer_for(url)
+            try:
+                with pytest.raises(RedisTooOld, match="needs Redis 7.0 or newer"):
+                    await asyncio.wait_for(layer.receive(await layer.new_channel()), DEADLINE)
+            finally:
+                await layer.close_pools()
+
+        asyncio.run(receive_once())
+    finally:
+        process.stop()

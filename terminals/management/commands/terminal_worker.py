@@ -6,7 +6,11 @@ import signal
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from channels.layers import get_channel_layer
+from redis.exceptions import RedisError
+
 from terminals import metrics
+from terminals.channel_layer import RedisTooOld
 from terminals.environment import separation_warning
 from terminals.worker.consumer import TerminalWorker
 
@@ -20,6 +24,7 @@ class Command(BaseCommand):
         asyncio.run(self.serve())
 
     async def serve(self) -> None:
+        await self.check_redis()
         worker = TerminalWorker()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -32,3 +37,14 @@ class Command(BaseCommand):
             self.stdout.write(warning, ending="\n")
         self.stdout.flush()
         await worker.stopped.wait()
+
+    @staticmethod
+    async def check_redis() -> None:
+        """A Redis without BZMPOP (older than 7.0) stops the worker at once, saying so; every request would fail
+        otherwise. A Redis that cannot be reached yet is left to the worker, which waits for it as in any outage."""
+        try:
+            await get_channel_layer().check_server()
+        except RedisTooOld as error:
+            raise CommandError(str(error)) from None
+        except (OSError, RedisError):
+            pass
