@@ -37,6 +37,9 @@ rm -f .coverage .coverage.*
 # measured in the first run, already covers the PostgreSQL paths, and tracing costs time.
 read -r pg_dir pg_url < <(bash scripts/postgres.sh start)
 pg_log="$(mktemp)"
+# Every service process the tests start logs into this folder (tests/servers.py): about a thousand files a run,
+# removed when the run passes, kept for reading when it does not.
+export TERMINALS_TEST_LOGS="$(mktemp -d -t terminals-test-logs-XXXXXX)"
 trap 'bash scripts/postgres.sh stop "$pg_dir"; rm -f "$pg_log"' EXIT
 DATABASE_URL="$pg_url" .venv/bin/python -m pytest -p no:cov -p no:cacheprovider \
   tests/test_e2e_lifecycle.py tests/test_audit_chain.py tests/test_worker.py tests/test_api_auth.py \
@@ -64,4 +67,9 @@ pg_status=0
 wait "$pg_run" || pg_status=$?
 echo "=== the database-facing tests on PostgreSQL ==="
 cat "$pg_log"
-[ "$sqlite_status" -eq 0 ] && [ "$pg_status" -eq 0 ]
+if [ "$sqlite_status" -eq 0 ] && [ "$pg_status" -eq 0 ]; then
+  rm -rf "$TERMINALS_TEST_LOGS"
+else
+  echo "the service processes' logs are kept in $TERMINALS_TEST_LOGS"
+  exit 1
+fi

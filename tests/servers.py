@@ -48,7 +48,9 @@ class ServiceProcess:
     def __init__(self, name: str, args: list[str], env: dict[str, str]) -> None:
         self.name = name
         self.env = env
-        self.log_path = Path(tempfile.mkstemp(prefix=f"{name}-", suffix=".log")[1])
+        # scripts/test.sh gathers every log of a run in one folder (TERMINALS_TEST_LOGS), removed when the run passes.
+        folder = os.environ.get("TERMINALS_TEST_LOGS") or None
+        self.log_path = Path(tempfile.mkstemp(prefix=f"{name}-", suffix=".log", dir=folder)[1])
         STARTED.append(self)
         self._log = open(self.log_path, "wb")
         self.process = subprocess.Popen(args, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
