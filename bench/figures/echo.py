@@ -141,7 +141,7 @@ async def _floor(count: int) -> dict:
             finally:
                 await socket.close()
         finally:
-            await asyncio.to_thread(floor[0].stop)
+            await asyncio.to_thread(floor_server.stop, floor[0])
 
 
 async def _layer_round_trip(count: int) -> dict:

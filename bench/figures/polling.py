@@ -84,7 +84,7 @@ async def _floor(mode: str, count: int, clients: int, seconds: float) -> dict:
                                         {"mode": "tail", "tailLines": "50"}, clients, seconds)
                 floor_rate = await _rate(http, f"{floor[1]}/api/terminals/{terminal}/output", None, clients, seconds)
             finally:
-                await asyncio.to_thread(floor[0].stop)
+                await asyncio.to_thread(floor_server.stop, floor[0])
     poll_ms, floor_ms = ms(polls), ms(floors)
     log(f"{mode}: tail poll p50 {percentile(poll_ms, 0.5):.2f} ms, floor p50 {percentile(floor_ms, 0.5):.2f} ms "
         f"({size} bytes each); {clients} clients: {poll_rate:.0f} polls/s, floor {floor_rate:.0f}/s")

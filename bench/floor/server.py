@@ -21,6 +21,12 @@ def start(service, body_bytes: int):
     return process, url
 
 
+def stop(process) -> None:
+    """Stops the floor and removes its log, as the service's own processes are (bench/service.py)."""
+    process.stop()
+    process.log_path.unlink(missing_ok=True)
+
+
 def _answers(url: str) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=1):
