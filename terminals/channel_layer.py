@@ -43,6 +43,7 @@ class RedisTooOld(RuntimeError):
         super().__init__(f"the Redis server at {host} has no BZMPOP command: the channel layer needs Redis 7.0 or "
                          "newer. Upgrade Redis (docs/deployment.md)")
 
+
 # KEYS[1] the channel's key; ARGV: expired-before score, capacity, score, message, expiry in seconds.
 SEND = """
 redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, ARGV[1])

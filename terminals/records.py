@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import uuid
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone as dt_timezone
 from typing import NamedTuple
 
@@ -182,10 +183,11 @@ def _process_gone(worker: Worker, space: str) -> bool:
 def session_reserve(message: dict, *, worker_id: str) -> TerminalSession:
     """Counts the owner's active terminals and inserts this one's row (no pid yet) in one transaction, before
     anything starts. Concurrent creates of one user, on one worker or several, are counted one after another,
-    so none gets past the limit, and a refused one has started nothing."""
+    so none gets past the limit, and a refused one has started nothing. A database that refuses the row raises
+    AuditUnavailable: nothing starts off the record."""
     limit = settings.TERMINALS["MAX_PER_USER"]
     owner_id = message["owner_id"]  # the web process authenticated this user
-    with transaction.atomic():
+    with _creation_on_record(message["id"], "its record"), transaction.atomic():
         # The owner's row is the lock on PostgreSQL; SQLite's IMMEDIATE transactions already run one at a time.
         get_user_model().objects.select_for_update().filter(pk=owner_id).first()
         if TerminalSession.objects.active().filter(owner_id=owner_id).count() >= limit:
@@ -200,16 +202,23 @@ def session_started(record: TerminalSession, pid: int, creation: dict | None = N
     either: the caller ends the terminal, so none runs off the record. Not read back: nothing but this worker,
     which started it a moment ago and records its end after this (its database work runs in order), changes it
     meanwhile."""
-    try:
-        with transaction.atomic():
-            TerminalSession.objects.filter(pk=record.pk).update(pid=pid)
-            if creation is not None:
-                audit_carried(creation["actor"], "create", terminal_id=record.pk, **creation["details"], pid=pid)
-    except DatabaseError as error:  # the pid's update (a refused audit row raises AuditUnavailable itself)
-        logger.error("terminal %s started, but its pid cannot be written: %s", record.pk, error)
-        raise AuditUnavailable(details={"action": "create"}) from error
+    with _creation_on_record(record.pk, "its pid"), transaction.atomic():
+        TerminalSession.objects.filter(pk=record.pk).update(pid=pid)
+        if creation is not None:
+            audit_carried(creation["actor"], "create", terminal_id=record.pk, **creation["details"], pid=pid)
     record.pid = pid
     return record
+
+
+@contextmanager
+def _creation_on_record(terminal_id, what: str):
+    """A database that refuses a create's writes refuses the create: 503 AUDIT_UNAVAILABLE, as a refused audit row
+    (which raises it itself) does."""
+    try:
+        yield
+    except DatabaseError as error:
+        logger.error("terminal %s: %s cannot be written, the create is refused: %s", terminal_id, what, error)
+        raise AuditUnavailable(details={"action": "create"}) from error
 
 
 def session_abandon(session_id: str) -> None:

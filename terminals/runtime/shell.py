@@ -68,6 +68,7 @@ def _owner_tag(pid: int) -> str:
     return f"{_pid_namespace()}.{pid}.{fields[19] if fields else 0}"
 
 
+@lru_cache(maxsize=1)
 def _pid_namespace() -> str:
     try:
         return "".join(filter(str.isdigit, os.readlink("/proc/self/ns/pid")))

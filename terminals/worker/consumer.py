@@ -25,7 +25,7 @@ from prometheus_client.core import CounterMetricFamily
 
 from .. import records
 from ..clock import now as database_now
-from ..exceptions import AuditUnavailable, ServiceError
+from ..exceptions import ServiceError
 from ..environment import PER_USER, SERVICE, homes_base, run_as_policy
 from ..runtime import confinement as confine
 from ..runtime import integrity, sealed
@@ -531,12 +531,8 @@ class TerminalWorker:
         plan = RecordingKeeper.plan(message, self.hostname)
         if plan is not None:
             message = {**message, "recording": plan}
-        try:
-            # A write before anything starts: when the database cannot take the record, nothing runs.
-            reserved = await self.database.run(lambda: records.session_reserve(message, worker_id=self.id))
-        except DatabaseError as error:
-            logger.error("terminal %s not started, its record cannot be written: %s", message["id"], error)
-            raise AuditUnavailable() from error
+        # A write before anything starts: a database that cannot take the record refuses it (AuditUnavailable).
+        reserved = await self.database.run(lambda: records.session_reserve(message, worker_id=self.id))
         try:
             session = await self._start(message)
         except BaseException:
