@@ -188,8 +188,10 @@ def session_reserve(message: dict, *, worker_id: str) -> TerminalSession:
     limit = settings.TERMINALS["MAX_PER_USER"]
     owner_id = message["owner_id"]  # the web process authenticated this user
     with _creation_on_record(message["id"], "its record"), transaction.atomic():
-        # The owner's row is the lock on PostgreSQL; SQLite's IMMEDIATE transactions already run one at a time.
-        get_user_model().objects.select_for_update().filter(pk=owner_id).first()
+        # The owner's row is the lock on PostgreSQL. SQLite's IMMEDIATE transactions already run one at a time, and
+        # it has no row locks to take: the statement would only cost time.
+        if connection.features.has_select_for_update:
+            get_user_model().objects.select_for_update().filter(pk=owner_id).first()
         if TerminalSession.objects.active().filter(owner_id=owner_id).count() >= limit:
             raise SessionLimitReached(f"you already have {limit} active terminals; end one with "
                                       "DELETE /api/terminals/{id} first", limit=limit)

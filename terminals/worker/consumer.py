@@ -532,9 +532,17 @@ class TerminalWorker:
         if plan is not None:
             message = {**message, "recording": plan}
         # A write before anything starts: a database that cannot take the record refuses it (AuditUnavailable).
-        reserved = await self.database.run(lambda: records.session_reserve(message, worker_id=self.id))
+        # The account is looked up meanwhile (nothing starts before both are done): a create waits for one of the
+        # two, not for both in turn.
+        reserved, account = await asyncio.gather(
+            self.database.run(lambda: records.session_reserve(message, worker_id=self.id)),
+            self._account(message), return_exceptions=True)
+        if isinstance(reserved, BaseException):
+            raise reserved
         try:
-            session = await self._start(message)
+            if isinstance(account, BaseException):
+                raise account
+            session = await self._start(message, account)
         except BaseException:
             await self.database.run(lambda: records.session_abandon(message["id"]))
             raise
@@ -555,10 +563,15 @@ class TerminalWorker:
         except DatabaseError as error:
             logger.error("terminal %s was ended unrecorded; its reserved row stays: %s", session_id, error)
 
-    async def _start(self, message: dict):
+    @staticmethod
+    async def _account(message: dict) -> confine.Account | None:
+        if run_as_policy() == SERVICE:
+            return account_for(message)  # no lookup to make, so no thread to hop to
+        return await asyncio.to_thread(account_for, message)  # reads files, and may make the account
+
+    async def _start(self, message: dict, account: confine.Account | None):
         env = {**message["env"], MARKER_VARIABLE: message["id"]}
         spec = SpawnSpec(argv=message["argv"], cwd=message["cwd"], env=env, cols=message["cols"], rows=message["rows"])
-        account = await asyncio.to_thread(account_for, message)
         if account is not None and not account.can_enter(spec.cwd):
             raise InvalidRequest(f"cwd: {spec.cwd!r} cannot be entered by account {account.name!r}",
                                  fields={"cwd": [f"cannot be entered by account {account.name!r}"]})
