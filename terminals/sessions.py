@@ -61,13 +61,36 @@ def session_get_for(*, user, terminal_id, with_owner: bool = False) -> TerminalS
         key = uuid.UUID(str(terminal_id))
     except ValueError:
         raise TerminalNotFound(f"Terminal {terminal_id} not found") from None
+    if not with_owner:
+        record = _terminal_and_worker(key)
+        # visible_to()'s rule, applied to the row: staff see every terminal, others only their own.
+        if record is None or not (user.is_staff or record.owner_id == user.pk):
+            raise TerminalNotFound(f"Terminal {terminal_id} not found")
+        return record
     try:
-        # get(), not first(): first() orders by the primary key, and compiling that ordering was a tenth of
-        # a REST read's CPU.
-        related = ("worker", "owner") if with_owner else ("worker",)
-        return TerminalSession.objects.visible_to(user).select_related(*related).get(pk=key)
+        return TerminalSession.objects.visible_to(user).select_related("worker", "owner").get(pk=key)
     except TerminalSession.DoesNotExist:
         raise TerminalNotFound(f"Terminal {terminal_id} not found") from None
+
+
+# Every request that reaches a terminal looks it up, with its worker, by a statement compiled once (prepared.py):
+# the ORM compiled the query and its converters anew each time, half of the lookup's time, and the lookup was the
+# largest step of a WebSocket attach (bench/ANALYSIS.md). The rows become model instances as the ORM makes them.
+_TERMINAL_COLUMNS = [field.attname for field in TerminalSession._meta.concrete_fields]
+_WORKER_COLUMNS = [field.attname for field in Worker._meta.concrete_fields]
+_TERMINAL_AND_WORKER = PreparedLookup(lambda key: TerminalSession.objects.filter(pk=key).values_list(
+    *_TERMINAL_COLUMNS, *(f"worker__{name}" for name in _WORKER_COLUMNS)))
+
+
+def _terminal_and_worker(key: uuid.UUID) -> TerminalSession | None:
+    rows = _TERMINAL_AND_WORKER.rows(key)
+    if not rows:
+        return None
+    values, split = rows[0], len(_TERMINAL_COLUMNS)
+    record = TerminalSession.from_db("default", _TERMINAL_COLUMNS, values[:split])
+    worker = Worker.from_db("default", _WORKER_COLUMNS, values[split:]) if record.worker_id is not None else None
+    TerminalSession.worker.field.set_cached_value(record, worker)
+    return record
 
 
 # The hot read paths (a poll of the output or the stats) take the terminal's record from a short-lived cache of this
