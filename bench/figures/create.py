@@ -7,8 +7,9 @@ import time
 
 from .. import live, reference, terminado_server
 from ..common import log, ms, percentile, scaled
+from ..floor import server as floor_server
 from ..results import FigureResult, Target, attempt, column, pick
-from ..service import SHELL_HOME, open_files_limit, running
+from ..service import SHELL_HOME, Rest, open_files_limit, running
 
 TITLE = "5. Create and first prompt"
 PANEL = "5. Create a terminal and see its first prompt"
@@ -26,6 +27,7 @@ async def measure(modes: list[str]) -> FigureResult:
     timed, total = sizes()
     peer = await attempt("terminado first prompt", _terminado, timed)
     limit = await attempt("limit first prompt", _limit, timed)
+    floor = await attempt("create floor first prompt", _floor, timed)
     ours = {}
     for mode in modes:
         ours[mode] = await attempt(f"{mode} create", _ours, mode, timed, total)
@@ -49,6 +51,13 @@ async def measure(modes: list[str]) -> FigureResult:
         reference=pick(limit, "p50"),
         reference_name="limit",
         target=Target.note("context: the floor"),
+    )
+    result.row(
+        "create → first prompt p50 of the create floor (the same three durable writes, no worker), ms",
+        values=column(ours, "first", "p50"),
+        reference=pick(floor, "p50"),
+        reference_name="floor",
+        target=Target.note("context: the stack's own floor"),
     )
     result.row(
         f"creations of the {total} answered with an error",
@@ -82,6 +91,7 @@ async def measure(modes: list[str]) -> FigureResult:
         *((f"ours ({mode})", pick(ours[mode], "first")) for mode in modes),
         ("terminado", peer),
         ("limit", limit),
+        ("create floor", floor),
     ):
         if isinstance(measured, dict):
             result.add_samples(PANEL, series, measured["samples"])
@@ -90,7 +100,10 @@ async def measure(modes: list[str]) -> FigureResult:
         f"{timed} terminals one at a time (fewer if that takes over {TIMED_SECONDS:g} s): "
         "POST /api/terminals, then a WebSocket attach from byte 0 until the output ends in a prompt (terminado: "
         "a WebSocket to a UniqueTermManager route until its prompt; the limit: spawning bash on a PTY until its "
-        "prompt). Then terminals up to "
+        "prompt). The create floor is bench/floor/create.py under daphne with the service's settings and database: "
+        "the key found with one query, the terminal's row written before bash starts on a PTY in the request's "
+        "thread, its pid and audit row after, and an attach that writes its audit row and sends the prompt; the "
+        "same client, one at a time. Then terminals up to "
         f"{total} by {CONCURRENCY} concurrent clients, and `echo` through the commands endpoint in "
         f"every one. Open-files limit (soft/hard) of the service: {limits}."
     )
@@ -122,6 +135,26 @@ async def _terminado(count: int) -> dict:
         return summary(latencies)
 
 
+async def _floor(count: int) -> dict:
+    """The same creations against bench/floor/create.py (started beside a service, for its settings, database and
+    key)."""
+
+    class FloorAttach:
+        def __init__(self, url: str, key: str) -> None:
+            self.url, self.key = url, key
+
+        def ws_url(self, terminal_id: str, **query) -> str:
+            return f"{self.url.replace('http://', 'ws://', 1)}/ws/floor/{terminal_id}/"
+
+    async with running("embedded") as service:
+        floor = await asyncio.to_thread(floor_server.start, service, 0)
+        try:
+            async with Rest(floor[1], service.key, CONCURRENCY * 2) as rest:
+                return await _first_prompts(FloorAttach(floor[1], service.key), rest, count, [])
+        finally:
+            await asyncio.to_thread(floor_server.stop, floor[0])
+
+
 async def _ours(mode: str, timed: int, total: int) -> dict:
     async with running(mode) as service, service.rest(connections=CONCURRENCY * 2) as rest:
         terminals: list[str] = []
@@ -136,7 +169,8 @@ async def _first_prompts(service, rest, count: int, terminals: list[str]) -> dic
     stop_at = time.monotonic() + TIMED_SECONDS
     for _ in range(count):
         if time.monotonic() > stop_at:
-            log(f"{service.mode}: stopped timing creations after {len(latencies)} (over {TIMED_SECONDS:g} s)")
+            log(f"{getattr(service, 'mode', 'floor')}: stopped timing creations after {len(latencies)} "
+                f"(over {TIMED_SECONDS:g} s)")
             break
         started = time.perf_counter()
         terminal = await rest.create()
@@ -144,9 +178,9 @@ async def _first_prompts(service, rest, count: int, terminals: list[str]) -> dic
         socket = await live.OurSocket.open(service, terminal, fromByte=0)
         try:
             await live.wait_for_prompt(socket)
+            latencies.append(time.perf_counter() - started)  # the prompt is there: closing is not part of it
         finally:
             await socket.close()
-        latencies.append(time.perf_counter() - started)
     return summary(latencies)
 
 

@@ -1,6 +1,7 @@
 """daphne bench.floor.asgi:application (DJANGO_SETTINGS_MODULE=bench.floor.settings): the service's own Django
 handler (terminals/request_threads.py, threads reused as in config/asgi.py), without the service's other routes;
-and for WebSockets the echo floor (bench/floor/echo.py) on the service's WebSocket path."""
+for WebSockets the echo floor (bench/floor/echo.py) on the service's WebSocket path, and the create floor's attach
+(bench/floor/create.py) on /ws/floor/."""
 
 import django
 
@@ -11,9 +12,11 @@ from terminals.request_threads import ReusedThreadsASGIHandler  # noqa: E402 - D
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import path  # noqa: E402
 
+from .create import AttachFloor  # noqa: E402
 from .echo import EchoFloor  # noqa: E402
 
 application = ProtocolTypeRouter({
     "http": ReusedThreadsASGIHandler(),
-    "websocket": URLRouter([path("ws/terminals/<str:terminal_id>/", EchoFloor.as_asgi())]),
+    "websocket": URLRouter([path("ws/terminals/<str:terminal_id>/", EchoFloor.as_asgi()),
+                            path("ws/floor/<str:terminal_id>/", AttachFloor.as_asgi())]),
 })

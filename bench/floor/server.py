@@ -10,7 +10,8 @@ def start(service, body_bytes: int):
     """daphne serving bench/floor on the service's own database (its key), with a body of body_bytes."""
     port = servers.free_port()
     env = servers.service_env(TERMINALS_DATA_DIR=service.data_dir, DJANGO_SETTINGS_MODULE="bench.floor.settings",
-                              FLOOR_BODY_BYTES=str(max(0, body_bytes - 45)), TERMINALS_ACCESS_LOG="false")
+                              FLOOR_BODY_BYTES=str(max(0, body_bytes - 45)), TERMINALS_ACCESS_LOG="false",
+                              FLOOR_SHELL_HOME=str(servers.TEST_HOME))
     process = servers.ServiceProcess("floor", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
                                                "bench.floor.asgi:application"], env)
     url = f"http://127.0.0.1:{port}"
