@@ -348,3 +348,26 @@ def test_the_worker_total_is_reached_across_users_and_an_end_frees_a_slot(capped
     finally:
         first.cleanup()
         second.cleanup()
+
+
+def test_creations_at_once_past_the_worker_total_start_only_the_total(capped, orm):
+    """Eight users create at once on a worker that holds MAX_TOTAL: exactly MAX_TOTAL terminals start (a place is
+    held for each terminal while its record is written and it starts); the others get 429 LIMIT_REACHED, audited,
+    and leave no terminal record."""
+    made = [make_key(name="rush") for _ in range(8)]
+    apis = [Api(capped.url, key) for _, key in made]
+    try:
+        with ThreadPoolExecutor(len(apis)) as pool:
+            answers = list(pool.map(lambda api: api.post("/api/terminals", json={"shell": ONLY_SHELL}), apis))
+        statuses = sorted(answer.status_code for answer in answers)
+        assert statuses == [201] * MAX_TOTAL + [429] * (len(apis) - MAX_TOTAL), [answer.text for answer in answers]
+        users = [user for user, _ in made]
+        assert TerminalSession.objects.filter(owner__in=users).count() == MAX_TOTAL
+        assert AuditEvent.objects.filter(user__in=users, action="create", outcome="LIMIT_REACHED").count() == 6
+        for api, answer in zip(apis, answers):
+            if answer.status_code == 201:
+                api.created.append(answer.json()["data"]["terminalId"])
+                assert api.run(api.created[-1], "echo up-$((3+3))") == "up-6"
+    finally:
+        for api in apis:
+            api.cleanup()

@@ -113,12 +113,37 @@ class ChildProcess:
         if self.recording is not None:
             self.recording.output(data, self.last_activity)
 
+    # Starting
+
+    def start(self) -> None:
+        """Spawns the program and starts watching it; raises SpawnFailed."""
+        self.spawn()
+        self.watch()
+
+    def spawn(self) -> None:
+        """Starts the program, from any thread: nothing here touches the event loop, so a worker can start a
+        terminal between two database writes without a hop to the loop and back (bench/ANALYSIS.md). Raises
+        SpawnFailed. Nothing is read, and no exit reported, until watch()."""
+        raise NotImplementedError
+
+    def watch(self) -> None:
+        """On the event loop: reads the output and waits for the exit from now on (an exit that came first is
+        seen at once: the pidfd was opened at the spawn)."""
+        assert self._process is not None and self._pidfd >= 0
+        self._loop = asyncio.get_running_loop()
+        self._watch_output()
+        self._loop.add_reader(self._pidfd, self._on_process_exit)
+
+    def _watch_output(self) -> None:
+        raise NotImplementedError
+
     def _spawned(self) -> None:
         """After the spawn, the environment and the launch steps are the child's: a terminal kept for days need not
         hold a copy of them (a few KB per terminal, bench figure 6)."""
+        assert self._process is not None
+        self._pidfd = os.pidfd_open(self._process.pid)
         self.spec = replace(self.spec, env={}, launch=())
-        if self._process is not None:
-            self._process.args = self.spec.argv  # not the whole launch line (Popen keeps it only to show it)
+        self._process.args = self.spec.argv  # not the whole launch line (Popen keeps it only to show it)
 
     def _output_arrived(self) -> None:
         if self._output_seen is not None:
@@ -141,11 +166,6 @@ class ChildProcess:
         raise NotImplementedError
 
     # Exit
-
-    def _watch_exit(self) -> None:
-        assert self._loop is not None and self._process is not None
-        self._pidfd = os.pidfd_open(self._process.pid)
-        self._loop.add_reader(self._pidfd, self._on_process_exit)
 
     def _on_process_exit(self) -> None:
         assert self._loop is not None and self._process is not None
@@ -196,8 +216,9 @@ class ChildProcess:
         return self.exit_status
 
     def _close_pidfd(self) -> None:
-        if self._pidfd >= 0 and self._loop is not None:
-            self._loop.remove_reader(self._pidfd)
+        if self._pidfd >= 0:
+            if self._loop is not None:
+                self._loop.remove_reader(self._pidfd)
             os.close(self._pidfd)
             self._pidfd = -1
 

@@ -45,6 +45,7 @@ class SessionManager:
         self.clock = clock
         self._on_exit = on_exit
         self._sessions: dict[str, PtySession] = {}
+        self._held = 0  # places kept for terminals being started (hold_room)
         self._released_output_bytes = 0  # what released terminals wrote, for output_bytes()
 
     def __len__(self) -> int:
@@ -72,11 +73,39 @@ class SessionManager:
         program on a PTY, or a class with the same interface (such as a PipeSession).
         account: the Unix account to run as (needs a confinement; None: the worker's own).
         """
-        if self.active_count >= self.limits.max_sessions:
+        self.hold_room()
+        try:
+            session = self.spawn(session_id, spec, session_class=session_class, buffer_bytes=buffer_bytes,
+                                 account=account)
+        finally:
+            self.release_room()
+        self.adopt(session_id, session)
+        return session
+
+    def hold_room(self) -> None:
+        """Keeps a place for a terminal about to start (counted as hosted until release_room()); raises
+        SessionLimitReached when this worker hosts its most terminals already, counting those places."""
+        if self.active_count + self._held >= self.limits.max_sessions:
             raise SessionLimitReached(
                 f"this worker already hosts {self.limits.max_sessions} terminals",
                 limit=self.limits.max_sessions,
             )
+        self._held += 1
+
+    def release_room(self) -> None:
+        self._held -= 1
+
+    def spawn(
+        self,
+        session_id: str,
+        spec: SpawnSpec,
+        *,
+        session_class: type[PtySession] = ShellSession,
+        buffer_bytes: int | None = None,
+        account: Account | None = None,
+    ) -> PtySession:
+        """create() without the limit and the watching: from any thread, for a caller that holds a place
+        (hold_room, on the event loop) and calls adopt() there next. Touches none of the hosted terminals."""
         if self.confinement is not None:
             spec = replace(spec, launch=tuple(self.confinement.launch_argv(session_id, [], account)),
                            account_uid=account.uid if account is not None else None)
@@ -93,12 +122,16 @@ class SessionManager:
             session.confined_members = lambda: confinement.members(session_id)
             session.confines = lambda pid: confinement.holds(session_id, pid)
         try:
-            session.start()
+            session.spawn()
         except BaseException:
             self._release_confinement(session_id)
             raise
-        self._sessions[session_id] = session
         return session
+
+    def adopt(self, session_id: str, session: PtySession) -> None:
+        """On the event loop: a terminal spawn() started is watched and hosted from now on."""
+        session.watch()
+        self._sessions[session_id] = session
 
     def get(self, session_id: str) -> PtySession:
         try:

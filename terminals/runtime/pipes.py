@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 from typing import BinaryIO
@@ -54,9 +53,7 @@ class PipeSession(ChildProcess):
 
     # Starting
 
-    def start(self) -> None:
-        """Spawns the program and starts watching it; raises SpawnFailed."""
-        self._loop = asyncio.get_running_loop()
+    def spawn(self) -> None:
         try:
             self._process = subprocess.Popen(
                 [*self.spec.launch, *self.spec.argv],
@@ -72,15 +69,16 @@ class PipeSession(ChildProcess):
             )
         except OSError as error:
             raise SpawnFailed(f"cannot start {self.spec.argv[0]}: {error.strerror}") from error
-        self._spawned()
         process = self._process
         self._stdin = process.stdin
         self._outputs = {"stdout": process.stdout, "stderr": process.stderr}
         for pipe in (process.stdin, process.stdout, process.stderr):
             os.set_blocking(pipe.fileno(), False)
+        self._spawned()
+
+    def _watch_output(self) -> None:
         for name, pipe in self._outputs.items():
             self._loop.add_reader(pipe.fileno(), self._on_readable, name)
-        self._watch_exit()
 
     # Output
 

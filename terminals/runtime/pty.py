@@ -69,13 +69,9 @@ class PtySession(ChildProcess):
 
     # Starting
 
-    def start(self, *, handover: int | None = None) -> None:
-        """Spawns the process and starts watching it; raises SpawnFailed.
-
-        handover: the read end of a pipe the process finds as fd HANDOVER_FD, open
-        in no other process of its account (the way a shell gets its secret).
-        """
-        self._loop = asyncio.get_running_loop()
+    def spawn(self, *, handover: int | None = None) -> None:
+        """handover: the read end of a pipe the process finds as fd HANDOVER_FD, open
+        in no other process of its account (the way a shell gets its secret)."""
         master, slave = os.openpty()
         try:
             _set_window_size(master, self.spec.cols, self.spec.rows)
@@ -94,11 +90,12 @@ class PtySession(ChildProcess):
             raise SpawnFailed(f"cannot start {self.spec.argv[0]}: {error.strerror}") from error
         finally:
             os.close(slave)
-        self._spawned()
         self._fd = master
         os.set_blocking(master, False)
+        self._spawned()
+
+    def _watch_output(self) -> None:
         self._loop.add_reader(self._fd, self._on_readable)
-        self._watch_exit()
 
     # Input
 

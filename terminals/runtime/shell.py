@@ -157,11 +157,11 @@ class ShellSession(PtySession):
         self._markers = MarkerParser()
         self.commands.locate_refusal = self._refusal_start
 
-    def start(self) -> None:
+    def spawn(self) -> None:
         """Spawns the shell with its secret in a pipe: read once by its startup file, never in its
         environment or command line, and gone from the pipe before any program of the user runs."""
         if not self.commands.signed:
-            super().start()
+            super().spawn()
             return
         read_end, write_end = os.pipe()
         try:
@@ -169,7 +169,7 @@ class ShellSession(PtySession):
         finally:
             os.close(write_end)
         try:
-            super().start(handover=read_end)
+            super().spawn(handover=read_end)
         finally:
             os.close(read_end)
 
