@@ -98,7 +98,8 @@ async def measure(modes: list[str]) -> FigureResult:
     limits = ", ".join(f"{mode} {value}" for mode, value in column(ours, "bulk", "nofile").items())
     result.notes.append(
         f"{timed} terminals one at a time (fewer if that takes over {TIMED_SECONDS:g} s): "
-        "POST /api/terminals, then a WebSocket attach from byte 0 until the output ends in a prompt (terminado: "
+        "POST /api/terminals, then a WebSocket attach from byte 0 until the output ends in a prompt, each socket kept "
+        "open until the last creation, as terminado's are (terminado: "
         "a WebSocket to a UniqueTermManager route until its prompt; the limit: spawning bash on a PTY until its "
         "prompt). The create floor is bench/floor/create.py under daphne with the service's settings and database: "
         "the key found with one query, the terminal's row written before bash starts on a PTY in the request's "
@@ -164,23 +165,26 @@ async def _ours(mode: str, timed: int, total: int) -> dict:
 
 
 async def _first_prompts(service, rest, count: int, terminals: list[str]) -> dict:
-    """Creates terminals one by one, each timed until its first prompt arrives over a WebSocket."""
-    latencies = []
+    """Creates terminals one by one, each timed until its first prompt arrives over a WebSocket.
+
+    The sockets stay open until the last creation, as terminado's do: a socket closed at once has the server
+    record its client's leaving (the detach, its audit row) while the next creation is timed."""
+    latencies, sockets = [], []
     stop_at = time.monotonic() + TIMED_SECONDS
-    for _ in range(count):
-        if time.monotonic() > stop_at:
-            log(f"{getattr(service, 'mode', 'floor')}: stopped timing creations after {len(latencies)} "
-                f"(over {TIMED_SECONDS:g} s)")
-            break
-        started = time.perf_counter()
-        terminal = await rest.create()
-        terminals.append(terminal)
-        socket = await live.OurSocket.open(service, terminal, fromByte=0)
-        try:
-            await live.wait_for_prompt(socket)
-            latencies.append(time.perf_counter() - started)  # the prompt is there: closing is not part of it
-        finally:
-            await socket.close()
+    try:
+        for _ in range(count):
+            if time.monotonic() > stop_at:
+                log(f"{getattr(service, 'mode', 'floor')}: stopped timing creations after {len(latencies)} "
+                    f"(over {TIMED_SECONDS:g} s)")
+                break
+            started = time.perf_counter()
+            terminal = await rest.create()
+            terminals.append(terminal)
+            sockets.append(await live.OurSocket.open(service, terminal, fromByte=0))
+            await live.wait_for_prompt(sockets[-1])
+            latencies.append(time.perf_counter() - started)
+    finally:
+        await asyncio.gather(*(socket.close() for socket in sockets), return_exceptions=True)
     return summary(latencies)
 
 
