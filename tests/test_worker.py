@@ -2,6 +2,7 @@
 
 import asyncio
 import os
+import threading
 import time
 
 import pytest
@@ -14,6 +15,7 @@ from terminals.worker.consumer import TerminalWorker
 
 from .conftest import make_key
 from .helpers import eventually
+from .runtime_support import gone, wait_until
 
 ENV = {"PATH": os.environ["PATH"], "PS1": "$ ", "TERM": "xterm-256color", "HOME": "/tmp"}
 
@@ -233,3 +235,48 @@ def test_typing_into_a_terminal_is_not_reading_it():
     assert not unread()
     readers.end("t", protocol.STATS)
     assert not unread()  # read just now: unread again only UNREAD_AFTER_SECONDS later
+
+
+def hold_the_owners_create(owner, held: threading.Event, release: threading.Event) -> None:
+    """In a thread of its own: the transaction a create's reserve waits for (on SQLite the database's write lock,
+    on PostgreSQL the owner's row), held until release is set."""
+    from django.contrib.auth import get_user_model
+    from django.db import connection, transaction
+
+    try:
+        with transaction.atomic():
+            get_user_model().objects.select_for_update().filter(pk=owner.pk).first()
+            held.set()
+            release.wait(30)
+    finally:
+        connection.close()
+
+
+def test_a_create_in_flight_when_the_worker_stops_leaves_no_shell_running(orm):
+    """The worker stops while a create's job waits for the database. Once the database lets it go on, the job still
+    writes the row and starts the shell; the stopping worker then ends that shell at once, rather than leave it
+    running with no worker hosting it."""
+    owner, _ = make_key()
+    message = {**create_message(owner), "type": protocol.CREATE, "deadline": time.time() + 30}
+    held, release = threading.Event(), threading.Event()
+    blocker = threading.Thread(target=hold_the_owners_create, args=(owner, held, release))
+
+    async def scenario():
+        worker = TerminalWorker(layer=InMemoryChannelLayer())
+        await worker.start()
+        blocker.start()
+        try:
+            assert await asyncio.to_thread(held.wait, 10)
+            creating = worker._spawn(worker.dispatch(dict(message)))
+            await wait_until(lambda: worker.manager._held == 1, what="the create's job to be queued")
+            stopping = asyncio.ensure_future(worker.shutdown())
+            await wait_until(creating.done, what="the stop to cancel the create")
+        finally:
+            release.set()
+        await stopping
+        await asyncio.to_thread(blocker.join, 10)
+
+    run(scenario())
+    record = TerminalSession.objects.get(pk=message["id"])
+    assert record.pid is not None  # the job went on to the end: the shell was started
+    run(eventually(lambda: gone(record.pid), what=f"the late shell {record.pid} to be ended"))

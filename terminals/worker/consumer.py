@@ -534,8 +534,12 @@ class TerminalWorker:
         # One job on the database's thread writes the record, starts the terminal and records its pid, with no hop
         # to the event loop between the three (each hop was about 0.5 ms of a create, bench/ANALYSIS.md).
         self.manager.hold_room()
+        job = asyncio.ensure_future(self.database.run(lambda: self._record_and_spawn(message)))
         try:
-            session, record, recording, refused = await self.database.run(lambda: self._record_and_spawn(message))
+            session, record, recording, refused = await asyncio.shield(job)
+        except asyncio.CancelledError:  # the worker is stopping: what the job still starts is ended, not left running
+            job.add_done_callback(lambda done: self._end_late_start(message["id"], done))
+            raise
         finally:
             self.manager.release_room()
         if recording is not None:
@@ -546,6 +550,15 @@ class TerminalWorker:
             await self._undo_start(message["id"])
             raise refused
         return records.session_created_data(record)
+
+    def _end_late_start(self, terminal_id: str, job: asyncio.Future) -> None:
+        if job.cancelled() or job.exception() is not None:
+            return  # the job failed: it started nothing, or ended what it started and took its row back
+        session, _, recording, _ = job.result()
+        if recording is not None:
+            self.recordings.attach(terminal_id, session, recording)
+        self.manager.adopt(terminal_id, session)
+        asyncio.ensure_future(self.manager.terminate(terminal_id, signal.SIGKILL, grace=0))
 
     def _record_and_spawn(self, message: dict):
         """On the database's thread: (session, record, recording, the refusal of its pid and audit row or None).
