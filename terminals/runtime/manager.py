@@ -58,25 +58,11 @@ class SessionManager:
     def active_count(self) -> int:
         return sum(1 for session in self._sessions.values() if session.is_alive)
 
-    def create(
-        self,
-        session_id: str,
-        spec: SpawnSpec,
-        *,
-        session_class: type[PtySession] = ShellSession,
-        buffer_bytes: int | None = None,
-        account: Account | None = None,
-    ) -> PtySession:
-        """Starts a terminal; raises SessionLimitReached or SpawnFailed.
-
-        session_class: ShellSession for a shell that runs commands, PtySession for a
-        program on a PTY, or a class with the same interface (such as a PipeSession).
-        account: the Unix account to run as (needs a confinement; None: the worker's own).
-        """
+    def create(self, session_id: str, spec: SpawnSpec, **options) -> PtySession:
+        """Starts a terminal, on the event loop, with spawn()'s options; raises SessionLimitReached or SpawnFailed."""
         self.hold_room()
         try:
-            session = self.spawn(session_id, spec, session_class=session_class, buffer_bytes=buffer_bytes,
-                                 account=account)
+            session = self.spawn(session_id, spec, **options)
         finally:
             self.release_room()
         self.adopt(session_id, session)
@@ -105,7 +91,12 @@ class SessionManager:
         account: Account | None = None,
     ) -> PtySession:
         """create() without the limit and the watching: from any thread, for a caller that holds a place
-        (hold_room, on the event loop) and calls adopt() there next. Touches none of the hosted terminals."""
+        (hold_room, on the event loop) and calls adopt() there next. Touches none of the hosted terminals.
+
+        session_class: ShellSession for a shell that runs commands, PtySession for a
+        program on a PTY, or a class with the same interface (such as a PipeSession).
+        account: the Unix account to run as (needs a confinement; None: the worker's own).
+        """
         if self.confinement is not None:
             spec = replace(spec, launch=tuple(self.confinement.launch_argv(session_id, [], account)),
                            account_uid=account.uid if account is not None else None)
