@@ -542,23 +542,25 @@ class TerminalWorker:
             raise
         finally:
             self.manager.release_room()
-        if recording is not None:
-            self.recordings.attach(message["id"], session, recording)  # before the first read: nothing is missed
-        session.unread = self.readers.unread_check(message["id"])
-        self.manager.adopt(message["id"], session)
+        self._host(message["id"], session, recording)
         if refused is not None:
             await self._undo_start(message["id"])
             raise refused
         return records.session_created_data(record)
 
+    def _host(self, terminal_id: str, session, recording) -> None:
+        """On the event loop: a terminal the database job started is recorded (if planned), read and hosted."""
+        if recording is not None:
+            self.recordings.attach(terminal_id, session, recording)  # before the first read: nothing is missed
+        session.unread = self.readers.unread_check(terminal_id)
+        self.manager.adopt(terminal_id, session)
+
     def _end_late_start(self, terminal_id: str, job: asyncio.Future) -> None:
         if job.cancelled() or job.exception() is not None:
             return  # the job failed: it started nothing, or ended what it started and took its row back
         session, _, recording, _ = job.result()
-        if recording is not None:
-            self.recordings.attach(terminal_id, session, recording)
-        self.manager.adopt(terminal_id, session)
-        asyncio.ensure_future(self.manager.terminate(terminal_id, signal.SIGKILL, grace=0))
+        self._host(terminal_id, session, recording)
+        asyncio.ensure_future(self._undo_start(terminal_id))
 
     def _record_and_spawn(self, message: dict):
         """On the database's thread: (session, record, recording, the refusal of its pid and audit row or None).
