@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -83,6 +84,24 @@ def test_input_ctrl_c_passes_raw_and_interrupts(orm, alice):
     wait_for(lambda: not children_named(created["pid"], "sleep"), 10, f"sleep {sleeper} to end")
     assert "^C" in alice.full_output(terminal)
     assert {"input": "\x03", "outcome": "sent"} in audited_inputs(terminal)
+
+
+@pytest.mark.parametrize("shell", ["/bin/bash", "/usr/bin/zsh", "/bin/dash"])
+def test_each_shell_has_its_terminal_as_controlling_terminal(alice, shell):
+    """Every shell leads a session of its own with its PTY as its controlling terminal, whether or not it takes one
+    itself at its start (bash does; zsh and dash do not), so a typed Ctrl-C reaches its foreground command."""
+    created = alice.create(shell=shell)
+    terminal, pid = created["terminalId"], created["pid"]
+    alice.run(terminal, "true")
+    # /proc/PID/stat after the name: state, ppid, pgrp, session, tty_nr, tpgid
+    fields = alice.run(terminal, "cat /proc/$$/stat").rsplit(")", 1)[1].split()
+    assert int(fields[3]) == pid
+    assert int(fields[4]) == os.stat(f"/proc/{pid}/fd/0").st_rdev
+    alice.send(terminal, "sleep 31")
+    wait_for(lambda: children_named(pid, "sleep"), 10, "sleep to start")
+    alice.send(terminal, "\x03")
+    wait_for(lambda: not children_named(pid, "sleep"), 10, "Ctrl-C to end sleep")
+    assert alice.run(terminal, "echo back-$((1+2))") == "back-3"
 
 
 def test_input_append_newline_false_sends_text_as_is(orm, alice):

@@ -289,8 +289,8 @@ class ChildProcess:
 
     @property
     def has_session(self) -> bool:
-        """Whether the first process leads a session of its own yet (setsid has run); until then it is the only
-        process the terminal has, and it is still in the service's session and process group."""
+        """Whether the first process leads a session of its own yet (the spawn or setsid made it one); until then it
+        is the only process the terminal has, and it is still in the service's session and process group."""
         try:
             return os.getsid(self.pid) == self.pid
         except ProcessLookupError:

@@ -4,10 +4,11 @@ Spawning goes through vfork, so no Python runs in the child between fork and
 exec. Everything the child must do first is done by small programs that exec
 each other, keeping one pid from the first to the last:
 
-    setsid --ctty  ->  sh -c 'join the cgroups; ulimit ...; exec "$@"'  ->  chroot (drop to the account)  ->  shell
+    sh -c 'take the PTY; join the cgroups; ulimit ...; exec "$@"'  ->  chroot (drop to the account)  ->  shell
 
-(setsid comes first, from pty.py, so that dropping to the account is the last step
-before the shell: see there.)
+(The spawn makes sh a session leader and pty.py prepends taking the PTY as its controlling
+terminal, while still privileged, so that dropping to the account is the last step before
+the shell: see there.)
 
 The cgroups are joined and the limits set while still privileged; chroot then
 drops to the terminal's account, so the program cannot undo either.

@@ -7,6 +7,7 @@ import errno
 import fcntl
 import os
 import re
+import shlex
 import shutil
 import signal
 import struct
@@ -24,10 +25,10 @@ if TYPE_CHECKING:
 
 __all__ = ["EXIT_DRAIN_SECONDS", "MARKER_VARIABLE", "MEMBER_POLL_SECONDS", "ExitStatus", "PtySession", "SpawnSpec"]
 
-# util-linux setsid(1) makes the child a session leader and takes the PTY as its
-# controlling terminal (TIOCSCTTY), so Ctrl-C and job control work. Spawning
-# through subprocess (vfork) instead of ptyprocess (fork) keeps spawning fast
-# however large the worker grows: 0.3 ms against 8 ms from a 150 MB process.
+# The child leads a session of its own and has the PTY as its controlling terminal, so Ctrl-C and job control
+# work: a launch shell (confinement.py) is made a session leader by the spawn and takes the PTY by opening it;
+# without one, util-linux setsid(1) does both (TIOCSCTTY). Spawning through subprocess (vfork) instead of
+# ptyprocess (fork) keeps spawning fast however large the worker grows: 0.3 ms against 8 ms from a 150 MB process.
 SETSID = shutil.which("setsid") or "/usr/bin/setsid"
 SH = "/bin/sh"
 HANDOVER_FD = 9
@@ -75,8 +76,10 @@ class PtySession(ChildProcess):
         master, slave = os.openpty()
         try:
             _set_window_size(master, self.spec.cols, self.spec.rows)
+            argv, new_session = _spawn_argv(self.spec, handover is not None, os.ttyname(slave))
             self._process = subprocess.Popen(
-                _spawn_argv(self.spec, handover is not None),
+                argv,
+                start_new_session=new_session,
                 stdin=slave,
                 stdout=slave,
                 stderr=slave if handover is None else handover,
@@ -294,22 +297,28 @@ class PtySession(ChildProcess):
             self._fd = -1
 
 
-def _spawn_argv(spec: SpawnSpec, handover: bool) -> list[str]:
-    """setsid first, while still the worker's account, so that the last step before the program is
-    the launch's drop to the terminal's account: from that moment the kernel treats the process
-    as non-dumpable, and a program of that account cannot attach to it before the program runs."""
+def _spawn_argv(spec: SpawnSpec, handover: bool, terminal: str) -> tuple[list[str], bool]:
+    """What to run, and whether the spawn itself makes it a session leader.
+
+    The session comes first, while still the worker's account, so that the last step before the program is the
+    launch's drop to the terminal's account: from that moment the kernel treats the process as non-dumpable, and a
+    program of that account cannot attach to it before the program runs."""
     # A pipe handed over arrives as stderr (Popen places only 0, 1 and 2); it moves to fd 9,
     # a number every shell can redirect (dash reads no fd above 9), and stderr becomes the PTY.
     launch = list(spec.launch)
+    move = f"exec {HANDOVER_FD}<&2 2>&1"
+    if launch[:2] == [SH, "-c"]:
+        # The launch's own shell, a session leader from its start, takes the PTY as its controlling terminal by
+        # opening it (no O_NOCTTY), and moves the pipe first: setsid(1) in front of it took 0.8 ms of every
+        # terminal's start, and each shell on the way to the program 0.65 ms (bench/ANALYSIS.md). A shell that
+        # cannot open it exits (a redirection of `exec` that fails ends a non-interactive shell).
+        steps = [move] if handover else []
+        steps.append(f"exec 3<>{shlex.quote(terminal)} 3<&-")
+        launch[2] = "; ".join([*steps, launch[2]])
+        return [*launch, *spec.argv], True
     if handover:
-        move = f"exec {HANDOVER_FD}<&2 2>&1"
-        if launch[:2] == [SH, "-c"]:
-            # The launch's own shell moves it first: every shell started on the way to the program took
-            # 0.65 ms of its start (bench/ANALYSIS.md).
-            launch[2] = f"{move}; {launch[2]}"
-        else:
-            launch = [SH, "-c", f'{move}; exec "$@"', "terminal-handover", *launch]
-    return [SETSID, "--ctty", *launch, *spec.argv]
+        launch = [SH, "-c", f'{move}; exec "$@"', "terminal-handover", *launch]
+    return [SETSID, "--ctty", *launch, *spec.argv], False
 
 
 def longest_line(data: bytes) -> int:
