@@ -34,6 +34,10 @@ SH = "/bin/sh"
 HANDOVER_FD = 9
 
 READS_PER_WAKEUP = 16  # a PTY read returns about 4 KiB; batching saves loop iterations
+# What one read of a PTY master brings when more is waiting (the line discipline's 4 KiB less one). A shorter read
+# emptied the PTY: reading again at once finds a few bytes and contends for the terminal's lock with the program
+# writing, which for a program that writes a line at a time (`seq`) cost a quarter of its rate (bench/ANALYSIS.md).
+FULL_READ = 4095
 # A terminal that floods while nobody reads it is read at a bounded rate: one read a wake-up, and each time it has
 # brought this much the reader rests this long, so its program waits on its own output (as under tmux, or ttyd's
 # flow control) instead of taking the event loop, which it shares with every other terminal and the HTTP requests:
@@ -144,6 +148,8 @@ class PtySession(ChildProcess):
                 at_eof = True
                 break
             chunks.append(chunk)
+            if len(chunk) < FULL_READ:
+                break
         if chunks:
             self.last_activity = self._clock()
             self.buffer.mark_time(self.last_activity)
