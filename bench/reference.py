@@ -8,7 +8,6 @@ import errno
 import fcntl
 import json
 import os
-import shutil
 import signal
 import struct
 import subprocess
@@ -16,11 +15,11 @@ import sys
 import termios
 import time
 
-SETSID = shutil.which("setsid") or "/usr/bin/setsid"
-
-
 class Pty:
-    """A process on a new PTY (setsid --ctty, as the service spawns) read by the event loop into a bytearray."""
+    """A process on a new PTY, read by the event loop into a bytearray.
+
+    The spawn makes it a session leader; bash takes the PTY as its controlling terminal itself at its start (the
+    service's launch shell opens it for any program; cat and seq need none for what is measured here)."""
 
     def __init__(self, argv: list[str]) -> None:
         master, slave = os.openpty()
@@ -32,7 +31,8 @@ class Pty:
             "LANG": "C.UTF-8",
         }
         self.process = subprocess.Popen(
-            [SETSID, "--ctty", *argv],
+            argv,
+            start_new_session=True,
             stdin=slave,
             stdout=slave,
             stderr=slave,

@@ -53,13 +53,14 @@ async def measure(modes: list[str]) -> FigureResult:
         reference_name="limit",
         target=Target.note("context: the floor"),
     )
-    result.row(
-        "p50 of daphne + channels alone (an echo consumer, no terminal), ms",
-        values={mode: pick(floor, "p50") for mode in modes},
-        reference=pick(peer, "p50"),
-        reference_name="terminado",
-        target=Target.note("context: the stack's own floor"),
-    )
+    for key in ("p50", "p99"):
+        result.row(
+            f"{key} of daphne + channels alone (an echo consumer, no terminal), ms",
+            values={mode: pick(floor, key) for mode in modes},
+            reference=pick(peer, key),
+            reference_name="terminado",
+            target=Target.note("context: the stack's own floor"),
+        )
     if layer is not None:
         result.row(
             "p50 of one round trip through the Redis channel layer alone (split's hop), ms",

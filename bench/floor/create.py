@@ -28,7 +28,6 @@ from rest_framework.views import APIView
 
 from terminals.models import AuditEvent, TerminalSession
 
-from ..reference import SETSID
 from .keys import OneQueryKey, key_record
 
 _masters: dict[str, int] = {}  # terminal id -> its PTY's master (the floor's processes end with it)
@@ -59,8 +58,8 @@ def _spawn() -> tuple[int, int]:
     master, slave = os.openpty()
     fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
     try:
-        process = subprocess.Popen([SETSID, "--ctty", "bash"], stdin=slave, stdout=slave, stderr=slave, env=ENV,
-                                   cwd=ENV["HOME"], close_fds=True, restore_signals=True)
+        process = subprocess.Popen(["bash"], stdin=slave, stdout=slave, stderr=slave, env=ENV, cwd=ENV["HOME"],
+                                   close_fds=True, restore_signals=True, start_new_session=True)
     finally:
         os.close(slave)
     os.set_blocking(master, False)

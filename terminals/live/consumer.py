@@ -35,11 +35,11 @@ from ..exceptions import (
     WorkerUnavailable,
 )
 from ..keystrokes import KeyAudit
-from ..models import ApiKey
 from ..runtime.buffer import decode
 from ..worker import client as worker_client
 from ..worker import protocol
 from ..worker import watch as worker_watch
+from .credentials import CredentialWatch
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +55,7 @@ MAX_FRAME_BYTES = 256 * 1024  # a client frame larger than this is refused
 WINDOW_BYTES = 4 << 20  # output sent but not acknowledged before the server pauses a client
 CLOSE_AFTER_EXIT_SECONDS = 60.0  # how long a client may take to acknowledge the end before the server closes
 KEY_CHECK_SECONDS = 2.0  # how soon a revoked key's connections close
+credential_watch = CredentialWatch(KEY_CHECK_SECONDS)
 LAYER_FAILED = "terminal.layer_failed"  # a receive from the channel layer failed
 # RFC 6455's registry has 1012 "Service Restart", but a server may send only 1000 and 3000-4999 (autobahn, under
 # daphne, refuses the rest): 4012 says the same in the application's range.
@@ -108,7 +109,8 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         if refusal is not None:
             await self.close(code=refusal)
             return
-        self.key_watch = asyncio.ensure_future(self._watch_credentials())
+        credential = ("key", self.api_key.pk) if self.api_key is not None else ("user", self.actor.user.pk)
+        credential_watch.watch(self, credential, lambda: self.close(code=CLOSE_UNAUTHORIZED))
         worker_watch.watch(self.terminal_id, self)
         _open.add(self)
         metrics.LIVE_CLIENTS.labels("websocket").inc()
@@ -182,22 +184,6 @@ class TerminalConsumer(AsyncWebsocketConsumer):
                                            from_byte=from_byte, interactive=not self.read_only,
                                            who=self.actor.username)
 
-    async def _watch_credentials(self) -> None:
-        """Closes the connection soon after its key is revoked or expires, or its user is disabled."""
-        while True:
-            await asyncio.sleep(KEY_CHECK_SECONDS)
-            try:
-                if self.api_key is not None:
-                    usable = await database_sync_to_async(_still_usable)(self.api_key.pk)
-                else:
-                    usable = await database_sync_to_async(_user_active)(self.actor.user.pk)
-            except DatabaseError as error:  # locked or away for a moment: the next round checks again
-                logger.warning("checking the credentials of a live connection failed: %s", error)
-                continue
-            if not usable:
-                await self.close(code=CLOSE_UNAUTHORIZED)
-                return
-
     async def disconnect(self, code: int) -> None:
         if self in _open:
             _open.discard(self)
@@ -206,9 +192,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         closer = getattr(self, "exit_close", None)
         if closer is not None:
             closer.cancel()
-        watch = getattr(self, "key_watch", None)
-        if watch is not None:
-            watch.cancel()
+        credential_watch.unwatch(self)
         if self.attached:
             self.attached = False
             try:
@@ -465,17 +449,6 @@ def _key_and_terminal(key: str, terminal_id: str, read_only: bool):
         return record, _record_and_channel(record.user, terminal_id, read_only)
     except ServiceError as error:
         return record, error
-
-
-def _still_usable(key_id: int) -> bool:
-    record = ApiKey.objects.select_related("user").filter(pk=key_id).first()
-    return record is not None and record.is_usable() and record.user.is_active
-
-
-def _user_active(user_id: int) -> bool:
-    from django.contrib.auth import get_user_model
-
-    return get_user_model().objects.filter(pk=user_id, is_active=True).exists()
 
 
 def _uuid(value: str):
