@@ -18,9 +18,9 @@ import asyncio
 import logging
 import re
 
-from channels.db import DatabaseSyncToAsync
 from django.conf import settings
 
+from . import database_threads
 from .audit import Actor, audit
 from .exceptions import AuditUnavailable
 
@@ -41,7 +41,6 @@ def batched() -> bool:
     return settings.TERMINALS["KEY_AUDIT"] == "batched"
 
 
-_write = DatabaseSyncToAsync(audit, thread_sensitive=False)
 
 
 class KeyAudit:
@@ -64,7 +63,7 @@ class KeyAudit:
                 self._timer = asyncio.get_running_loop().call_later(BATCH_SECONDS, self._flush_soon)
             return
         await self.flush()  # every earlier key on record first
-        await _write(self.actor, "input", terminal_id=self.terminal_id, outcome="sent", input=text)
+        await database_threads.run(audit, self.actor, "input", terminal_id=self.terminal_id, outcome="sent", input=text)
 
     def _flush_soon(self) -> None:
         self._timer = None
@@ -81,7 +80,7 @@ class KeyAudit:
             if not self._pending:
                 return
             keys, text = len(self._pending), "".join(self._pending)
-            await _write(self.actor, "input", terminal_id=self.terminal_id, outcome="sent", input=text, frames=keys)
+            await database_threads.run(audit, self.actor, "input", terminal_id=self.terminal_id, outcome="sent", input=text, frames=keys)
             del self._pending[:keys]
             self._pending_chars -= len(text)
 

@@ -23,7 +23,7 @@ from django.db import DatabaseError
 from django.http.request import validate_host
 from rest_framework.exceptions import AuthenticationFailed
 
-from .. import json_input, lifecycle, metrics, sessions
+from .. import database_threads, json_input, lifecycle, metrics, sessions
 from ..audit import Actor, audit
 from ..auth import key_from_headers, usable_key
 from ..exceptions import (
@@ -45,8 +45,9 @@ logger = logging.getLogger(__name__)
 
 
 def database_sync_to_async(function):
-    # Not the one thread shared by thread-sensitive code: the embedded worker's own
-    # database work runs there, and a call that waits for the worker must not hold it.
+    # For a use case that asks a worker (async_to_sync needs asgiref's thread); database work alone goes through
+    # database_threads. Not the one thread shared by thread-sensitive code: a call that waits for the worker must
+    # not hold a thread the worker may need.
     return DatabaseSyncToAsync(function, thread_sensitive=False)
 
 CLOSE_UNAUTHORIZED, CLOSE_FOREIGN_ORIGIN, CLOSE_NOT_FOUND, CLOSE_INACTIVE, CLOSE_UNAVAILABLE = 4401, 4403, 4404, 4409, 4503
@@ -134,8 +135,8 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         # On record before the client gets a byte; when it cannot be, the attach is undone and refused. (Output the
         # worker pushes meanwhile waits: a consumer handles its channel's messages after connect() returns.)
         try:
-            await database_sync_to_async(audit)(self.actor, "attach", terminal_id=self.terminal_id,
-                                                mode="view" if self.read_only else "interactive")
+            await database_threads.run(audit, self.actor, "attach", terminal_id=self.terminal_id,
+                                       mode="view" if self.read_only else "interactive")
         except AuditUnavailable:
             await self._detach_from_worker()
             return CLOSE_UNAVAILABLE
@@ -158,7 +159,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         source = (self.scope.get("client") or ["", 0])[0] or ""
         key = presented_key(self.scope)
         if key is not None:
-            record, found = await database_sync_to_async(_key_and_terminal)(key, self.terminal_id, self.read_only)
+            record, found = await database_threads.run(_key_and_terminal, key, self.terminal_id, self.read_only)
             if record is None:
                 return None, None, None
             return Actor(user=record.user, api_key=record, source=source), record, found
@@ -174,7 +175,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
 
     async def _attach(self, from_byte: int | None, found) -> dict:
         if found is None:
-            found = await database_sync_to_async(_record_and_channel)(self.actor.user, self.terminal_id, self.read_only)
+            found = await database_threads.run(_record_and_channel, self.actor.user, self.terminal_id, self.read_only)
         if isinstance(found, Exception):  # the lookup made with the key's check refused
             raise found
         record, channel = found
@@ -202,7 +203,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
                              self.terminal_id)
             await self._detach_from_worker()
             try:
-                await database_sync_to_async(audit)(self.actor, "detach", terminal_id=self.terminal_id, closeCode=code)
+                await database_threads.run(audit, self.actor, "detach", terminal_id=self.terminal_id, closeCode=code)
             except AuditUnavailable:
                 logger.warning("the detach from terminal %s (close code %s) could not be audited", self.terminal_id, code)
 
@@ -402,14 +403,14 @@ class TerminalConsumer(AsyncWebsocketConsumer):
 
     async def _audit_input_refusal(self, error: ServiceError) -> None:
         try:
-            await database_sync_to_async(audit)(self.actor, "input", outcome=error.default_code,
-                                                terminal_id=self.terminal_id, message=error.message)
+            await database_threads.run(audit, self.actor, "input", outcome=error.default_code,
+                                       terminal_id=self.terminal_id, message=error.message)
         except ServiceError:
             logger.exception("auditing a refused input frame failed")  # the refusal is still answered
 
     async def _audit_refusal(self, code: str) -> None:
         actor = getattr(self, "actor", None) or Actor(source=(self.scope.get("client") or [""])[0] or "")
-        await database_sync_to_async(audit)(actor, "attach", outcome=code, terminal_id=_uuid(self.terminal_id))
+        await database_threads.run(audit, actor, "attach", outcome=code, terminal_id=_uuid(self.terminal_id))
 
 
 def _record_and_channel(user, terminal_id: str, read_only: bool):

@@ -12,10 +12,10 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from channels.db import DatabaseSyncToAsync
 from django.contrib.auth import get_user_model
 from django.db import DatabaseError
 
+from .. import database_threads
 from ..models import ApiKey
 
 logger = logging.getLogger(__name__)
@@ -45,8 +45,7 @@ class CredentialWatch:
             await asyncio.sleep(self.seconds)
             watched = dict(self._watched)
             try:
-                unusable = await DatabaseSyncToAsync(_unusable, thread_sensitive=False)(
-                    {credential for credential, _ in watched.values()})
+                unusable = await database_threads.run(_unusable, {credential for credential, _ in watched.values()})
             except DatabaseError as error:  # locked or away for a moment: the next round checks again
                 logger.warning("checking the credentials of live connections failed: %s", error)
                 continue

@@ -15,7 +15,6 @@ import uuid
 import weakref
 from collections.abc import Awaitable, Callable
 
-from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.core.cache import cache
@@ -24,6 +23,7 @@ from prometheus_client import REGISTRY
 from prometheus_client.core import CounterMetricFamily
 
 from .. import records
+from ..database_threads import DatabaseThreads
 from ..clock import now as database_now
 from ..exceptions import ServiceError
 from ..environment import PER_USER, SERVICE, homes_base, run_as_policy
@@ -230,6 +230,7 @@ class DatabaseQueue:
     def __init__(self) -> None:
         self._jobs: asyncio.Queue[tuple[Callable[[], object], asyncio.Future | None]] = asyncio.Queue()
         self._runner: asyncio.Task | None = None
+        self._thread = DatabaseThreads(1, "worker-database")
 
     def start(self) -> None:
         self._runner = asyncio.ensure_future(self._run())
@@ -248,7 +249,7 @@ class DatabaseQueue:
         while True:
             job, future = await self._jobs.get()
             try:
-                result = await database_sync_to_async(job)()
+                result = await self._thread.run(job)
             except Exception as error:  # noqa: BLE001 - handed to whoever waits, or logged
                 if future is None:
                     logger.exception("database job failed")
@@ -261,6 +262,7 @@ class DatabaseQueue:
     def stop(self) -> None:
         if self._runner is not None:
             self._runner.cancel()
+        self._thread.close()
 
 
 # A terminal nobody watches (WebSocket, SSE), nobody waits on (a command, a wait) and nobody asked about for this long
