@@ -80,7 +80,8 @@ class KeyAudit:
             if not self._pending:
                 return
             keys, text = len(self._pending), "".join(self._pending)
-            await database_threads.run(audit, self.actor, "input", terminal_id=self.terminal_id, outcome="sent", input=text, frames=keys)
+            await database_threads.run(audit, self.actor, "input", terminal_id=self.terminal_id, outcome="sent",
+                                       input=text, frames=keys)
             del self._pending[:keys]
             self._pending_chars -= len(text)
 

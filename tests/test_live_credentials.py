@@ -76,3 +76,33 @@ def test_a_round_closes_exactly_the_connections_whose_credentials_ended_with_one
     # Later rounds ask only about the usable key and the active user: the ended ones were closed and are watched
     # no more.
     assert rounds[1] == (2, 2)
+
+
+def test_a_round_that_fails_leaves_the_watch_checking(orm, monkeypatch):
+    """A round whose check fails (a locked database, or anything else) is retried the next round: a revoked key's
+    connections are still closed."""
+    user, _ = make_key(name="revoked", revoked=True)
+    revoked = ("key", ApiKey.objects.get(user=user).pk)
+    attempts = []
+    checked = credentials._unusable
+
+    def failing_first(wanted):
+        attempts.append(len(wanted))
+        if len(attempts) == 1:
+            raise RuntimeError("the first round fails")
+        return checked(wanted)
+
+    monkeypatch.setattr(credentials, "_unusable", failing_first)
+
+    async def scenario():
+        done = asyncio.Event()
+
+        async def close():
+            done.set()
+
+        watch = credentials.CredentialWatch(0.05)
+        watch.watch("connection", revoked, close)
+        await asyncio.wait_for(done.wait(), 30)
+
+    asyncio.run(scenario())
+    assert len(attempts) >= 2

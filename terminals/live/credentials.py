@@ -49,6 +49,9 @@ class CredentialWatch:
             except DatabaseError as error:  # locked or away for a moment: the next round checks again
                 logger.warning("checking the credentials of live connections failed: %s", error)
                 continue
+            except Exception:  # noqa: BLE001 - the watch must outlive any one round, or no connection is checked
+                logger.exception("checking the credentials of live connections failed")
+                continue
             for connection, (credential, on_unusable) in watched.items():
                 if credential in unusable and self._watched.pop(connection, None) is not None:
                     try:
