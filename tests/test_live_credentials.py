@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import threading
 
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -43,12 +44,15 @@ def test_a_round_closes_exactly_the_connections_whose_credentials_ended_with_one
     kinds = credentials_of_each_kind()
     monkeypatch.setattr(credentials, "CHUNK", 2)  # several statements per kind, as with thousands of keys
     rounds = []
+    three_rounds = threading.Event()  # set by the third round's check, on a database thread
     checked = credentials._unusable
 
     def counted(wanted):
         with CaptureQueriesContext(connection) as queries:
             found = checked(wanted)
         rounds.append((len(wanted), len(queries)))
+        if len(rounds) == 3:
+            three_rounds.set()
         return found
 
     monkeypatch.setattr(credentials, "_unusable", counted)
@@ -62,9 +66,7 @@ def test_a_round_closes_exactly_the_connections_whose_credentials_ended_with_one
                     closed.append((kind, number))
                 watch.watch((kind, number), credential, close)
         watch.unwatch(("revoked key", 9))  # gone before the round: not closed
-        deadline = asyncio.get_running_loop().time() + 30
-        while len(rounds) < 3 and asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(0.01)
+        assert await asyncio.to_thread(three_rounds.wait, 30), "three rounds within 30 s"
 
     asyncio.run(scenario())
     ended = {"revoked key", "expired key", "key of a disabled user", "deleted key", "disabled user"}

@@ -8,56 +8,39 @@ many there are.
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections.abc import Awaitable, Callable
 
 from django.contrib.auth import get_user_model
-from django.db import DatabaseError
 
-from .. import database_threads
 from ..models import ApiKey
-
-logger = logging.getLogger(__name__)
+from ..rounds import RoundWatch
 
 Credential = tuple[str, int]  # ("key", its pk) or ("user", its pk) for a connection without a key (a cookie)
 CHUNK = 500  # ids per query, well below SQLite's limit on a statement's variables
 
 
 class CredentialWatch:
+    """The live connections of this process by the credential each holds, checked in one round (rounds.py)."""
+
     def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self._watched: dict[object, tuple[Credential, Callable[[], Awaitable[None]]]] = {}
-        self._task: asyncio.Task | None = None
+        # _unusable looked up at each round, not bound here.
+        self._rounds = RoundWatch(seconds, lambda wanted: dict.fromkeys(_unusable(set(wanted)), True),
+                                  "the credentials of live connections")
+        self._held: dict[object, Credential] = {}
 
     def watch(self, connection: object, credential: Credential, on_unusable: Callable[[], Awaitable[None]]) -> None:
         """From now on, on_unusable() runs once when the credential is found unusable (on the event loop)."""
-        self._watched[connection] = (credential, on_unusable)
-        loop = asyncio.get_running_loop()
-        if self._task is None or self._task.done() or self._task.get_loop() is not loop:
-            self._task = loop.create_task(self._run())
+        self._held[connection] = credential
+        self._rounds.watch(credential, connection, lambda _: self._end(connection, on_unusable))
 
     def unwatch(self, connection: object) -> None:
-        self._watched.pop(connection, None)
+        credential = self._held.pop(connection, None)
+        if credential is not None:
+            self._rounds.unwatch(credential, connection)
 
-    async def _run(self) -> None:
-        while self._watched:
-            await asyncio.sleep(self.seconds)
-            watched = dict(self._watched)
-            try:
-                unusable = await database_threads.run(_unusable, {credential for credential, _ in watched.values()})
-            except DatabaseError as error:  # locked or away for a moment: the next round checks again
-                logger.warning("checking the credentials of live connections failed: %s", error)
-                continue
-            except Exception:  # noqa: BLE001 - the watch must outlive any one round, or no connection is checked
-                logger.exception("checking the credentials of live connections failed")
-                continue
-            for connection, (credential, on_unusable) in watched.items():
-                if credential in unusable and self._watched.pop(connection, None) is not None:
-                    try:
-                        await on_unusable()
-                    except Exception:  # one connection's close must not spare the others
-                        logger.exception("closing a live connection whose credentials ended failed")
+    async def _end(self, connection: object, on_unusable: Callable[[], Awaitable[None]]) -> None:
+        self._held.pop(connection, None)
+        await on_unusable()
 
 
 def _unusable(credentials: set[Credential]) -> set[Credential]:

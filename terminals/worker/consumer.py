@@ -23,8 +23,8 @@ from prometheus_client import REGISTRY
 from prometheus_client.core import CounterMetricFamily
 
 from .. import records
-from ..database_threads import DatabaseThreads
 from ..clock import now as database_now
+from ..database_threads import DatabaseThreads
 from ..exceptions import ServiceError
 from ..environment import PER_USER, SERVICE, homes_base, run_as_policy
 from ..runtime import confinement as confine
