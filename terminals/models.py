@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
@@ -10,7 +11,7 @@ import uuid
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import connection, models, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, models, transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -272,6 +273,33 @@ def _lock_audit_chain() -> None:
 AUDIT_CHAIN_LOCK = 6973
 
 
+def _insert_audit_event(event: AuditEvent) -> None:
+    """Model.save()'s INSERT by a statement written once per database: the ORM builds it anew for every row, which
+    was most of a row's cost under the GIL, and the typed keys' batched row is written while keys are being echoed
+    (bench/ANALYSIS.md). No signals are sent: nothing listens for audit rows, and rows are never changed."""
+    fields, sql, returning = _audit_insert_statement(connection.vendor)
+    params = [field.get_db_prep_save(field.pre_save(event, True), connection) for field in fields]
+    opts = AuditEvent._meta
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        event.pk = (cursor.fetchone()[0] if returning
+                    else connection.ops.last_insert_id(cursor, opts.db_table, opts.pk.column))
+    event._state.adding = False
+    event._state.db = connection.alias
+
+
+@functools.cache
+def _audit_insert_statement(vendor: str) -> tuple[list, str, bool]:
+    """(the fields written, in order; the INSERT; whether it returns the new id) for this process's database."""
+    opts = AuditEvent._meta
+    fields = [field for field in opts.concrete_fields if not field.primary_key]
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(field.column) for field in fields)
+    sql = f"INSERT INTO {quote(opts.db_table)} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})"
+    returning = connection.features.can_return_columns_from_insert
+    return fields, sql + (f" RETURNING {quote(opts.pk.column)}" if returning else ""), returning
+
+
 def newest_audit_hash() -> str:
     """The newest event's hash ("" before the first), by a statement written once: the ORM compiled `order_by("-id")...first()` anew for
     every event, a third of the time writing one took (bench/ANALYSIS.md). The same SQL on SQLite and PostgreSQL."""
@@ -332,11 +360,13 @@ class AuditEvent(models.Model):
     def save(self, *args, **kwargs) -> None:
         if self.pk is not None:
             raise PermissionError("audit events are never changed")
+        if kwargs.get("using", DEFAULT_DB_ALIAS) != DEFAULT_DB_ALIAS:
+            raise ValueError("audit events are written to the default database only")
         with transaction.atomic():
             _lock_audit_chain()
             self.previous_hash = newest_audit_hash()
             self.hash = self.compute_hash()
-            super().save(*args, **kwargs)
+            _insert_audit_event(self)
 
     def compute_hash(self) -> str:
         content = {
