@@ -273,7 +273,7 @@ TERMINALS = {
     "LIMIT_CPU_CORES": float(os.getenv("TERMINALS_LIMIT_CPU_CORES", "0") or 0),
     "CGROUPS": env_bool("TERMINALS_CGROUPS", True),
     # Live keys (WebSocket input): "batched" sends printable keys at once and commits their audit rows together
-    # within 50 ms, before any key that can run anything goes out; "strict" commits a row before every frame
+    # within 250 ms, before any key that can run anything goes out; "strict" commits a row before every frame
     # (terminals/keystrokes.py, SECURITY.md).
     "KEY_AUDIT": env_choice("TERMINALS_KEY_AUDIT", "batched", ("batched", "strict")),
     # Recording what terminals show (docs/recording.md): every terminal, or those of the users named, besides the

@@ -26,7 +26,11 @@ from .exceptions import AuditUnavailable
 
 logger = logging.getLogger(__name__)
 
-BATCH_SECONDS = 0.05  # how long a printable key may wait for its row
+# How long a printable key may wait for its row. Writing a batch's row delays the key echoed meanwhile by about half
+# a millisecond on a 2-core machine, however cheap the write (bench/ANALYSIS.md, eighth session): every 50 ms, that
+# was one key in a hundred typed back to back; every 250 ms it is one in five hundred, and a row holds a few keys of
+# a person's typing instead of one.
+BATCH_SECONDS = 0.25
 BATCH_LIMIT = 4096  # characters held back at most: past this the batch is written before the next frame goes out
 # C0 controls (Enter, Tab, Ctrl-C, ESC...), DEL, and C1 controls (a CSI on its own, for example).
 ACTIVE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
