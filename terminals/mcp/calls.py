@@ -73,9 +73,18 @@ async def call(ctx: Context, profile: str, tool: str, use_case: Callable[[Actor]
     actor = actor_of(ctx)
 
     def guarded(who: Actor):
-        if creates:
-            count_creation(who)
-        return use_case(who)
+        # The call's own row is written on the same thread hop as the use case: a second hop cost about as much as
+        # the row itself.
+        try:
+            if creates:
+                count_creation(who)
+            value = use_case(who)
+        except ServiceError as error:
+            _audit(who, profile, tool, error.default_code, terminal_id)
+            raise
+        if record:
+            _audit(who, profile, tool, "ok", terminal_id)
+        return value
 
     run = DatabaseSyncToAsync(guarded, thread_sensitive=False)
     task = asyncio.ensure_future(run(actor))
@@ -89,13 +98,10 @@ async def call(ctx: Context, profile: str, tool: str, use_case: Callable[[Actor]
                     await ctx.report_progress(beats * PROGRESS_SECONDS, message="still running")
         value = await task
     except ServiceError as error:
-        await _audit(actor, profile, tool, error.default_code, terminal_id)
         raise ToolError(tool_error_text(error)) from None
     except BaseException:
         task.cancel()
         raise
-    if record:
-        await _audit(actor, profile, tool, "ok", terminal_id)
     return value
 
 
@@ -116,10 +122,9 @@ def tool_error_text(error: ServiceError) -> str:
     return f"{text}. Next: {step}." if step else text
 
 
-async def _audit(actor: Actor, profile: str, tool: str, outcome: str, terminal_id: str | None) -> None:
+def _audit(actor: Actor, profile: str, tool: str, outcome: str, terminal_id: str | None) -> None:
     try:
-        await DatabaseSyncToAsync(audit, thread_sensitive=False)(
-            actor, "mcp", outcome=outcome, terminal_id=_uuid_or_none(terminal_id), profile=profile, tool=tool)
+        audit(actor, "mcp", outcome=outcome, terminal_id=_uuid_or_none(terminal_id), profile=profile, tool=tool)
     except ServiceError:
         logger.exception("auditing an MCP call failed")  # the call's own use case audited what it did
 
