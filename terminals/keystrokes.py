@@ -45,8 +45,6 @@ def batched() -> bool:
     return settings.TERMINALS["KEY_AUDIT"] == "batched"
 
 
-
-
 class KeyAudit:
     """The input audit of one live connection."""
 
@@ -66,8 +64,7 @@ class KeyAudit:
             if self._timer is None:
                 self._timer = asyncio.get_running_loop().call_later(BATCH_SECONDS, self._flush_soon)
             return
-        await self.flush()  # every earlier key on record first
-        await database_threads.run(audit, self.actor, "input", terminal_id=self.terminal_id, outcome="sent", input=text)
+        await self._commit(then=text)  # every earlier key on record first, then this one
 
     def _flush_soon(self) -> None:
         self._timer = None
@@ -77,17 +74,35 @@ class KeyAudit:
     async def flush(self) -> None:
         """Commits the keys held back, as one row (their text in order, and how many frames). On failure they stay
         held, so the next flush tries again, and the error is raised to whoever must not go on."""
+        await self._commit(then=None)
+
+    async def _commit(self, then: str | None) -> None:
+        """The keys held back as one row and then `then` (a frame that can run something) as its own, in one hop to
+        a database thread: the second row waited for a hop of its own after the first."""
         async with self._flushing:
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
-            if not self._pending:
-                return
             keys, text = len(self._pending), "".join(self._pending)
-            await database_threads.run(audit, self.actor, "input", terminal_id=self.terminal_id, outcome="sent",
-                                       input=text, frames=keys)
+            if not keys and then is None:
+                return
+            refused = await database_threads.run(self._write, keys, text, then)
             del self._pending[:keys]
             self._pending_chars -= len(text)
+            if refused is not None:
+                raise refused
+
+    def _write(self, keys: int, text: str, then: str | None) -> AuditUnavailable | None:
+        """On a database thread. A failure of the held keys' row raises (they stay held); one of `then`'s row, after
+        theirs was written, is returned, so that they are let go and `then` is still refused."""
+        if keys:
+            audit(self.actor, "input", terminal_id=self.terminal_id, outcome="sent", input=text, frames=keys)
+        if then is not None:
+            try:
+                audit(self.actor, "input", terminal_id=self.terminal_id, outcome="sent", input=then)
+            except AuditUnavailable as error:
+                return error
+        return None
 
 
 def _log_failure(task: asyncio.Task) -> None:
