@@ -235,3 +235,31 @@ def test_a_commands_audit_row_is_committed_before_the_command_runs(own_sqlite_se
         assert ran["exitCode"] == 0, ran
         verdicts[marker] = ran["output"].strip()
     assert set(verdicts.values()) == {f"FOUND {marker}" for marker in verdicts}, verdicts
+
+
+def _every_byte(api, terminal: str) -> bytes:
+    """The terminal's whole output, read by byte offset in slices."""
+    chunks, position = [], 0
+    while True:
+        data = api.output(terminal, fromByte=position, maxBytes=65536)
+        chunks.append(data["chunk"])
+        if data["nextByte"] == position or data["nextByte"] >= data["totalBytes"]:
+            return "".join(chunks).encode("utf-8")
+        position = data["nextByte"]
+
+
+def test_a_paste_into_a_terminal_nobody_reads_keeps_all_its_echo(alice):
+    """256 KiB typed into `wc -c` in 64 KiB requests, with nobody reading the terminal (its output read at the
+    bounded rate of a flood): the program gets every byte and the output holds every echoed line, as a terminal
+    window would show them, then the count on a line of its own."""
+    line = "x" * 1023 + "\n"  # a canonical line the kernel takes whole
+    request = line * 64  # 64 KiB, the input limit
+    terminal = alice.create(command="wc", args=["-c"])["terminalId"]
+    for _ in range(4):
+        alice.send(terminal, request, appendNewline=False)
+    alice.send(terminal, "\x04", appendNewline=False)
+    alice.wait_status(terminal, "exited", timeout=30)
+    output = _every_byte(alice, terminal)
+    echoed = ("x" * 1023 + "\r\n").encode() * 256
+    assert output.startswith(echoed), f"{len(output)} bytes of output; the echo alone is {len(echoed)}"
+    assert output[len(echoed):].split() == [b"262144"], output[len(echoed):][:200]

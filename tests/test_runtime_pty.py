@@ -540,3 +540,34 @@ def test_a_flood_nobody_reads_is_read_at_a_bounded_rate_and_at_full_speed_once_r
             await cleanup(read)
 
     run(scenario, timeout=120)
+
+
+def test_a_paste_is_written_no_faster_than_its_echo_is_read_and_never_waits_on_echo_that_does_not_come():
+    """Input goes to the program no faster than its echo is read, so a loop that reads slowly delays the echo
+    instead of the kernel dropping it, and a program that turned echo off, whose input earns no echo to wait for,
+    still gets every byte. (Input to a program that never reads, whose echo stops with its full line discipline,
+    is the test above: its queue still fills and refuses, the loop never blocks.)"""
+
+    lines = (b"y" * 1023 + b"\n") * 512  # 512 KiB
+
+    async def scenario():
+        echoing, silent = spawn(["wc", "-c"], max_bytes=2 << 20), spawn(["sh", "-c", "stty -echo; echo off; exec wc -c"])
+        try:
+            await wait_for_line(silent, "off")
+            # The echoing one is read one read a wake-up, as an unread flood is; the rests are lifted for echo.
+            echoing.unread = lambda: True
+            for session in (echoing, silent):
+                session.write(lines)
+                session.write(b"\x04")
+            await wait_until(lambda: echoing.exit_status is not None and silent.exit_status is not None,
+                             timeout=30, what="both to count and exit")
+            await wait_until(lambda: b"524288" in silent.buffer.read_bytes(0, 1 << 20)[0],
+                             session=silent, what="the silent one's count")
+            echoed = echoing.buffer.read_bytes(0, 4 << 20)[0]
+            assert echoed.startswith((b"y" * 1023 + b"\r\n") * 512), len(echoed)
+            assert echoed[len(lines) + 512:].split() == [b"524288"]
+        finally:
+            await cleanup(echoing)
+            await cleanup(silent)
+
+    run(scenario, timeout=60)

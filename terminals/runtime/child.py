@@ -255,8 +255,9 @@ class ChildProcess:
         queue, fd = self._input.data, self._input_fd()
         if fd is None:
             return
+        room = self._input_room(len(queue))
         try:
-            written = os.write(fd, queue) if queue else 0
+            written = os.write(fd, queue if room >= len(queue) else queue[:room]) if queue and room else 0
         except BlockingIOError:
             written = 0
         except OSError as error:  # EIO or EPIPE: nothing reads the other end any more
@@ -265,7 +266,12 @@ class ChildProcess:
             self._input_failed(error)
             raise WriteFailed(f"writing to the program failed: {error.strerror}") from error
         del queue[:written]
-        if queue:
+        if written:
+            self._input_written(written)
+        if queue and written == room:  # held back, not refused by the kernel: the subclass flushes again
+            self._loop.remove_writer(fd)
+            self._input_held_back()
+        elif queue:
             self._loop.add_writer(fd, self._flush_queued_input)
         else:
             self._loop.remove_writer(fd)
@@ -273,6 +279,16 @@ class ChildProcess:
 
     def _input_failed(self, error: OSError) -> None:
         """The program stopped taking input."""
+
+    def _input_room(self, pending: int) -> int:
+        """How many of the pending bytes of input may be written now (a subclass may pace them)."""
+        return pending
+
+    def _input_written(self, count: int) -> None:
+        """count more bytes of input reached the program's side."""
+
+    def _input_held_back(self) -> None:
+        """_input_room held input back: the subclass calls _flush_queued_input when there is room again."""
 
     def _input_drained(self) -> None:
         """Everything queued has been written."""

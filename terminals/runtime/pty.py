@@ -44,6 +44,17 @@ FULL_READ = 4095
 # at most about 1.3 MB/s.
 UNREAD_FLOOD_BYTES = 64 * 1024
 UNREAD_REST_SECONDS = 0.05
+# ...but never while the echo of typed input is on its way: the kernel echoes into the same PTY output, and drops
+# the echo that finds it full (n_tty.c), so a paste into a resting terminal lost two thirds of what a terminal
+# window shows. Each byte written is owed up to ECHO_BYTES_PER_INPUT_BYTE bytes of reading at the full rate ("\n"
+# echoes as "\r\n", a control key as "^C"); a flood nobody typed earns nothing. And input is written no faster
+# than its echo is read: while more than ECHO_WINDOW_BYTES of input written has not been matched by as many bytes
+# read (well under the PTY's 64 KiB), the rest of a paste waits, so a busy event loop delays the echo instead of
+# losing it. Echo that does not come (a program
+# that turned echo off, a full line the kernel discarded) holds input back for ECHO_PATIENCE_SECONDS at most.
+ECHO_BYTES_PER_INPUT_BYTE = 2
+ECHO_WINDOW_BYTES = 16 * 1024
+ECHO_PATIENCE_SECONDS = 0.2
 # At most this much output is replayed to rebuild the screen (pyte takes about 0.1 s for it).
 SCREEN_REPLAY_BYTES = 64 * 1024
 # In canonical mode the kernel's line discipline holds 4096 bytes per line, the
@@ -71,6 +82,9 @@ class PtySession(ChildProcess):
         self.unread: Callable[[], bool] = lambda: False  # whether nobody reads it now (the worker knows)
         self._resting: asyncio.TimerHandle | None = None
         self._unread_bytes = 0  # read since the last rest while nobody reads the terminal
+        self._echo_owed = 0  # bytes read at the full rate for the echo of input written (see ECHO_BYTES_PER_INPUT_BYTE)
+        self._echo_unread = 0  # input written and not yet matched by as many bytes read: its echo, at least
+        self._echo_overdue: asyncio.TimerHandle | None = None  # input held back until then at the latest
 
     # Starting
 
@@ -134,7 +148,7 @@ class PtySession(ChildProcess):
     def _on_readable(self) -> None:
         chunks = []
         at_eof = False
-        unread = self.unread()
+        unread = self._echo_owed <= 0 and self.unread()
         for _ in range(1 if unread else READS_PER_WAKEUP):
             try:
                 chunk = os.read(self._fd, 65536)
@@ -157,6 +171,10 @@ class PtySession(ChildProcess):
             self._ingest(data)
             self._output_arrived()
             self._unread_bytes = self._unread_bytes + len(data) if unread else 0
+            self._echo_owed = max(0, self._echo_owed - len(data))
+            self._echo_unread = max(0, self._echo_unread - len(data))
+            if self._echo_overdue is not None and self._echo_unread <= ECHO_WINDOW_BYTES // 2:
+                self._echo_arrived()
             if self._unread_bytes >= UNREAD_FLOOD_BYTES and not at_eof:
                 self._unread_bytes = 0
                 self._rest(UNREAD_REST_SECONDS)
@@ -168,6 +186,37 @@ class PtySession(ChildProcess):
         if self._fd >= 0 and self._loop is not None and self._resting is None:
             self._loop.remove_reader(self._fd)
             self._resting = self._loop.call_later(seconds, self._wake)
+
+    def _input_written(self, count: int) -> None:
+        self._echo_owed += ECHO_BYTES_PER_INPUT_BYTE * count
+        self._echo_unread += count
+        if self._resting is not None:  # the echo must find room: read now
+            self._resting.cancel()
+            self._wake()
+
+    def _input_room(self, pending: int) -> int:
+        room = max(0, ECHO_WINDOW_BYTES - self._echo_unread)
+        return pending if pending <= room or not self._echoes() else room
+
+    def _echoes(self) -> bool:
+        try:
+            return bool(termios.tcgetattr(self._fd)[3] & termios.ECHO)
+        except termios.error:
+            return False
+
+    def _input_held_back(self) -> None:
+        if self._echo_overdue is None and self._loop is not None:
+            self._echo_overdue = self._loop.call_later(ECHO_PATIENCE_SECONDS, self._echo_arrived, True)
+
+    def _echo_arrived(self, overdue: bool = False) -> None:
+        """Enough of the echo owed has been read (or it is overdue, and forgiven): the held-back input goes on."""
+        if self._echo_overdue is not None:
+            self._echo_overdue.cancel()
+            self._echo_overdue = None
+        if overdue:
+            self._echo_unread = 0
+        if self._fd >= 0 and self.is_alive:
+            self._flush_queued_input()
 
     def _wake(self) -> None:
         self._resting = None
@@ -221,6 +270,9 @@ class PtySession(ChildProcess):
         if self._resting is not None:
             self._resting.cancel()
             self._resting = None
+        if self._echo_overdue is not None:
+            self._echo_overdue.cancel()
+            self._echo_overdue = None
         if self._fd >= 0 and self._loop is not None:
             self._loop.remove_reader(self._fd)
             self._loop.remove_writer(self._fd)
