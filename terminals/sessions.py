@@ -528,7 +528,9 @@ def session_wait_output(*, actor: Actor, terminal_id, pattern: str = "", timeout
     text, position, first, truncated = "", start, None, False
     while True:
         # Only what is new each round; what was read stays, up to the last MAX_READ_BYTES characters.
-        read = _ask_worker(record, protocol.BYTES, from_byte=position, max_bytes=limit, strip_ansi=True, stream=None)
+        # What programs printed: the echo of typed input is no answer to it (runtime/echo.py).
+        read = _ask_worker(record, protocol.BYTES, from_byte=position, max_bytes=limit, strip_ansi=True, stream=None,
+                           without_echo=True)
         first = read["fromByte"] if first is None else first
         truncated = truncated or read["truncated"] or len(text) + len(read["chunk"]) > limit
         text = (text + read["chunk"])[-limit:]

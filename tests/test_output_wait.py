@@ -50,3 +50,36 @@ def test_a_bad_pattern_is_refused_and_audited(alice, orm):
     slow = alice.post(f"/api/terminals/{terminal}/output/wait", json={"pattern": "(a|aa)+$", "fromByte": 0,
                                                                      "timeoutMs": 60000, "untilInput": False})
     assert slow.status_code == 400 and "took longer than 0.2 s" in slow.json()["error"]["message"], slow.text
+
+
+SHELLS = {"bash": "/bin/bash", "zsh": "/bin/zsh", "dash": "/bin/dash"}
+
+
+def test_a_wait_matches_what_the_command_printed_not_the_echo_of_the_line_typed(alice):
+    """docs/output.md's example in each shell: the typed line shows the pattern at once, a second before the
+    program prints it; the wait answers with the program's line, and the echo is not in its output."""
+    for name, shell in SHELLS.items():
+        terminal = alice.create(shell=shell)["terminalId"]
+        alice.run(terminal, "true")  # at its prompt
+        alice.send(terminal, "sleep 1; echo listening on port 8080")
+        waited = wait(alice, terminal, pattern=r"listening on port \d+", timeoutMs=15000)
+        assert (waited["outcome"], waited["match"]) == ("matched", "listening on port 8080"), (name, waited)
+        assert "sleep 1" not in waited["output"], (name, waited)
+
+
+def test_a_wait_skips_the_echo_of_a_line_typed_into_a_program(alice):
+    """Into a program reading its terminal line by line (the kernel echoes) and into one with a line editor
+    (python3 -i, readline echoes): the wait matches what the program printed in answer."""
+    upper = "import sys\nfor line in sys.stdin: print('got', line.strip().upper(), flush=True)"
+    program = alice.create(command="python3", args=["-u", "-c", upper])["terminalId"]
+    alice.send(program, "hello there")
+    waited = wait(alice, program, pattern=r"(?i)hello \w+", timeoutMs=15000, untilInput=False)
+    assert (waited["outcome"], waited["match"]) == ("matched", "HELLO THERE"), waited
+    assert "hello there" not in waited["output"], waited
+
+    repl = alice.create(command="python3", args=["-q", "-i"], env={"PYTHONSTARTUP": ""})["terminalId"]
+    alice.wait_output(repl, lambda out: ">>>" in out)
+    alice.send(repl, "import time; time.sleep(1); print('server ' + 'ready'.upper())")
+    waited = wait(alice, repl, pattern=r"server \w+", timeoutMs=15000, untilInput=False)
+    assert (waited["outcome"], waited["match"]) == ("matched", "server READY"), waited
+    assert "time.sleep" not in waited["output"], waited

@@ -71,6 +71,7 @@ class ChildProcess:
         self.spec = spec
         self.buffer = buffer
         self._clock = clock
+        self.last_input_byte = 0  # where the output stood when a client's input last arrived
         self._on_exit = on_exit
         self._input = InputQueue(limit=max_pending_input)
         self._process: subprocess.Popen[bytes] | None = None
@@ -240,6 +241,12 @@ class ChildProcess:
         queue.data += data
         self.last_activity = self._clock()
         self._flush_input()
+
+    def type_input(self, data: bytes) -> None:
+        """Writes input a client sent: the output from here on is what answers it (last_input_byte)."""
+        at = self.buffer.end
+        self.write(data)
+        self.last_input_byte = at
 
     def _check_input_open(self) -> None:
         """Raises when the input is closed."""

@@ -32,6 +32,7 @@ API, SHELL = "api", "shell"
 HISTORY_LIMIT = 1000
 NOT_IN_HISTORY = "(not kept in the shell's history)"
 LAST_SIGNAL = 64  # exit statuses 129..192 are 128 + a signal number
+MARKS_KEPT = 64
 
 
 @dataclass
@@ -128,6 +129,9 @@ class CommandTracker:
         self._last_history_number = ""
         # Finds where a refused command's error message begins (set by the session that owns the output).
         self.locate_refusal: Callable[[Command, int], int] | None = None
+        # The newest typed-command (C) and prompt (P) markers, (offset, kind): they tell the echo of typed lines
+        # from their output (echo.py).
+        self._marks: list[tuple[int, str]] = []
 
     # Starting
 
@@ -178,10 +182,20 @@ class CommandTracker:
             if current is not None and command_id == current.id:
                 self._on_command_marker(current, marker.kind, data, offset)
         elif marker.kind == "C" and current is None:
+            self._mark(offset, "C")
             self._begin_typed(self._typed_line(marker.data), offset)
         elif marker.kind == "P":
+            self._mark(offset, "P")
             self._on_prompt(_exit_code(marker.data), offset)
         return True
+
+    def _mark(self, offset: int, kind: str) -> None:
+        self._marks.append((offset, kind))
+        del self._marks[:-MARKS_KEPT]
+
+    def marks_from(self, offset: int) -> list[tuple[int, str]]:
+        """The typed-command and prompt markers seen at or after offset, oldest first."""
+        return [mark for mark in self._marks if mark[0] >= offset]
 
     def _on_command_marker(self, current: Command, kind: str, data: str, offset: int) -> None:
         if kind == "B":

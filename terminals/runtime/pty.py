@@ -16,7 +16,7 @@ import termios
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from . import processes, signals
+from . import echo, processes, signals
 from .child import EXIT_DRAIN_SECONDS, MARKER_VARIABLE, MEMBER_POLL_SECONDS, ChildProcess, ExitStatus, SpawnSpec
 from .errors import LineTooLong, SessionInactive, SpawnFailed
 
@@ -85,6 +85,7 @@ class PtySession(ChildProcess):
         self._echo_owed = 0  # bytes read at the full rate for the echo of input written (see ECHO_BYTES_PER_INPUT_BYTE)
         self._echo_unread = 0  # input written and not yet matched by as many bytes read: its echo, at least
         self._echo_overdue: asyncio.TimerHandle | None = None  # input held back until then at the latest
+        self.echoes = echo.EchoLedger(self._clock)  # the newest inputs, to tell their echo from what programs print
 
     # Starting
 
@@ -186,6 +187,34 @@ class PtySession(ChildProcess):
         if self._fd >= 0 and self._loop is not None and self._resting is None:
             self._loop.remove_reader(self._fd)
             self._resting = self._loop.call_later(seconds, self._wake)
+
+    def type_input(self, data: bytes) -> None:
+        mode, stale_prompts = self._echo_mode()  # where the echo comes from is decided when the input arrives
+        super().type_input(data)
+        self.echoes.typed(self.last_input_byte, data, mode, stale_prompts)
+
+    def _echo_mode(self) -> tuple[str, int]:
+        """(echo.py's mode for input written now, prompts due before it is read)."""
+        return self._terminal_echo_mode(), 0
+
+    def _terminal_echo_mode(self) -> str:
+        try:
+            flags = termios.tcgetattr(self._fd)[3]
+        except termios.error:
+            return echo.NONE
+        if flags & termios.ECHO:
+            return echo.KERNEL
+        return echo.NONE if flags & termios.ICANON else echo.EDITOR
+
+    def answer_marks(self, offset: int) -> list[tuple[int, str]]:
+        """The shell's command and prompt markers from offset on (a ShellSession's); none here."""
+        return []
+
+    def echo_ranges(self, end: int | None = None) -> tuple[list[tuple[int, int]], int]:
+        """(the ranges of output that echo typed input; where the output stops being known for sure not to)."""
+        end = self.buffer.end if end is None else end
+        return self.echoes.echo(lambda start, count: self.buffer.read_bytes(start, count, complete=True)[0],
+                                end, self.answer_marks)
 
     def _input_written(self, count: int) -> None:
         self._echo_owed += ECHO_BYTES_PER_INPUT_BYTE * count

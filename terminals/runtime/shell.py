@@ -17,7 +17,7 @@ from pathlib import Path
 from .commands import RUNNING, Command, CommandTracker
 from .errors import SessionInactive, TerminalError
 from .markers import Marker, MarkerParser
-from . import processes, sealed
+from . import echo, processes, sealed
 from .pty import HANDOVER_FD, MAX_CANONICAL_LINE, PtySession, SpawnSpec, longest_line
 
 SHIPPED_INTEGRATION = Path(__file__).with_name("shell_integration")
@@ -156,6 +156,8 @@ class ShellSession(PtySession):
         super().__init__(integrated, clock=clock, **kwargs)
         self._markers = MarkerParser()
         self.commands.locate_refusal = self._refusal_start
+        # bash's and zsh's hooks mark where each typed command's output starts (echo.py's PROMPT).
+        self._marks_commands = self.commands.signed and Path(spec.argv[0]).name in ("bash", "zsh")
 
     def spawn(self) -> None:
         """Spawns the shell with its secret in a pipe: read once by its startup file, never in its
@@ -193,6 +195,16 @@ class ShellSession(PtySession):
         if newline < 0:
             return prompt_at
         return typed_at + len(text[: newline + 1].encode("utf-8", errors="surrogateescape"))
+
+    def _echo_mode(self) -> tuple[str, int]:
+        # Not running a command, the shell reads the input with its line editor: at its prompt, or at the next one
+        # (a command has just ended, or it is starting), when the kernel may echo the line before the editor does.
+        if self._marks_commands and self.commands.running is None and not self.busy:
+            return echo.PROMPT, 0 if self.commands.at_prompt.is_set() else 1
+        return super()._echo_mode()
+
+    def answer_marks(self, offset: int) -> list[tuple[int, str]]:
+        return self.commands.marks_from(offset)
 
     def _report_exit(self) -> None:
         if not self._exit_reported:

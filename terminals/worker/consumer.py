@@ -618,8 +618,7 @@ class TerminalWorker:
         if message.get("close") and not hasattr(session, "close_input"):
             raise InvalidRequest("eof: only a terminal without a PTY has an input to close; send Ctrl-D (\\x04) instead")
         if data:
-            session.last_input_byte = session.buffer.end  # what came after this is the answer to it
-            session.write(data)
+            session.type_input(data)  # what comes after it is the answer to it, its echo aside
             if session.recording is not None:
                 session.recording.input(message["data"], self.manager.clock())
         if message.get("close"):
@@ -653,7 +652,8 @@ class TerminalWorker:
     async def handle_bytes(self, message: dict) -> dict:
         session = self.manager.get(message["id"])
         buffer = _buffer(session, message.get("stream"))
-        return bytes_data(session, buffer, message["from_byte"], message["max_bytes"], message.get("strip_ansi", False))
+        return bytes_data(session, buffer, message["from_byte"], message["max_bytes"], message.get("strip_ansi", False),
+                          without_echo=message.get("without_echo", False))
 
     async def handle_stats(self, message: dict) -> dict:
         session = self.manager.get(message["id"])

@@ -6,6 +6,7 @@ import math
 import re
 from datetime import datetime, timezone
 
+from ..runtime import echo
 from ..runtime.ansi import complete_escapes_end, strip_ansi
 from ..runtime.buffer import LineRead, OutputBuffer, decode, estimate_tokens, shape_lines
 from ..runtime.commands import Command
@@ -119,14 +120,21 @@ def command_summary(record: Command) -> dict:
     }
 
 
-def bytes_data(session: PtySession, buffer: OutputBuffer, from_byte: int, max_bytes: int, strip: bool) -> dict:
-    """A slice of output by byte offset (seed 001's stream_logs_from_tab)."""
+def bytes_data(session: PtySession, buffer: OutputBuffer, from_byte: int, max_bytes: int, strip: bool,
+               without_echo: bool = False) -> dict:
+    """A slice of output by byte offset (seed 001's stream_logs_from_tab). without_echo: what programs printed
+    only, the echo of typed input left out (runtime/echo.py), and nothing past where that is not known yet."""
     complete = session.finished
     data, start, truncated = buffer.read_bytes(from_byte, max_bytes, complete=complete)
     if strip:
         data = _without_cut_escape(buffer, data, start, max_bytes, complete)
-    chunk = decode(data)
     next_byte = start + len(data)
+    if without_echo and hasattr(session, "echo_ranges"):
+        ranges, known = session.echo_ranges(next_byte)
+        if known < next_byte:
+            data, next_byte = data[:max(0, known - start)], max(start, known)
+        data = echo.without(data, start, ranges)
+    chunk = decode(data)
     return {
         "chunk": strip_ansi(chunk) if strip else chunk,
         "fromByte": start,
