@@ -162,11 +162,20 @@ def session_get_for_viewing(*, user, terminal_id, with_owner: bool = False) -> T
         return session_get_for(user=user, terminal_id=terminal_id, with_owner=with_owner)
     except TerminalNotFound:
         related = ("worker", "owner") if with_owner else ("worker",)
-        record = (TerminalSession.objects.filter(pk=str(terminal_id), view_grants__user=user)
-                  .select_related(*related).first())
+        # A malformed id is unknown here too: the query would raise Django's ValidationError on it (a 1011 close).
+        key = _uuid_or_none(terminal_id)
+        record = None if key is None else (TerminalSession.objects.filter(pk=key, view_grants__user=user)
+                                           .select_related(*related).first())
         if record is None:
             raise
         return record
+
+
+def _uuid_or_none(terminal_id) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(terminal_id))
+    except ValueError:
+        return None
 
 
 def session_list(*, user, status: str = "active", session_filter: dict | None = None) -> list[dict]:
