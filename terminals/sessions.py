@@ -9,6 +9,7 @@ import uuid
 from datetime import timedelta
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import DatabaseError, connection, transaction
 from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
@@ -35,7 +36,6 @@ from .exceptions import (
     TerminalNotFound,
     WorkerUnavailable,
 )
-from .keys import find_user
 from .models import Recording, TerminalSession, ViewGrant, Worker
 from .prepared import PreparedLookup
 from .records import recording_data, session_data
@@ -217,9 +217,11 @@ def session_live(*, user, terminal_id, reply_within: float | None = None) -> dic
 def session_share(*, actor: Actor, terminal_id, username: str) -> list[str]:
     """Lets another user watch the terminal read-only; the owner (or staff) may. Returns who may watch now."""
     record = session_get_for(user=actor.user, terminal_id=terminal_id)
-    user = find_user(username)
-    if user.pk == record.owner_id:
-        raise InvalidInput(f"{username!r} owns this terminal already")
+    user = get_user_model().objects.filter(username=username, is_active=True).first()
+    if user is None or user.pk == record.owner_id:
+        # One answer for a name nobody has, the owner's and a disabled user's: sharing must not tell who exists.
+        raise InvalidInput(f"cannot share with {username!r}: give the user name of an active user other than the "
+                           "terminal's owner")
     ViewGrant.objects.get_or_create(terminal=record, user=user, defaults={"granted_by": actor.user})
     audit(actor, "share", terminal_id=record.id, subject=user.get_username())
     return session_shares(user=actor.user, terminal_id=record.id)
