@@ -9,6 +9,7 @@ import uuid
 from datetime import timedelta
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import DatabaseError, connection, transaction
 from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
@@ -35,7 +36,6 @@ from .exceptions import (
     TerminalNotFound,
     WorkerUnavailable,
 )
-from .keys import find_user
 from .models import Recording, TerminalSession, ViewGrant, Worker
 from .prepared import PreparedLookup
 from .records import recording_data, session_data
@@ -162,11 +162,20 @@ def session_get_for_viewing(*, user, terminal_id, with_owner: bool = False) -> T
         return session_get_for(user=user, terminal_id=terminal_id, with_owner=with_owner)
     except TerminalNotFound:
         related = ("worker", "owner") if with_owner else ("worker",)
-        record = (TerminalSession.objects.filter(pk=str(terminal_id), view_grants__user=user)
-                  .select_related(*related).first())
+        # A malformed id is unknown here too: the query would raise Django's ValidationError on it (a 1011 close).
+        key = _uuid_or_none(terminal_id)
+        record = None if key is None else (TerminalSession.objects.filter(pk=key, view_grants__user=user)
+                                           .select_related(*related).first())
         if record is None:
             raise
         return record
+
+
+def _uuid_or_none(terminal_id) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(str(terminal_id))
+    except ValueError:
+        return None
 
 
 def session_list(*, user, status: str = "active", session_filter: dict | None = None) -> list[dict]:
@@ -208,9 +217,11 @@ def session_live(*, user, terminal_id, reply_within: float | None = None) -> dic
 def session_share(*, actor: Actor, terminal_id, username: str) -> list[str]:
     """Lets another user watch the terminal read-only; the owner (or staff) may. Returns who may watch now."""
     record = session_get_for(user=actor.user, terminal_id=terminal_id)
-    user = find_user(username)
-    if user.pk == record.owner_id:
-        raise InvalidInput(f"{username!r} owns this terminal already")
+    user = get_user_model().objects.filter(username=username, is_active=True).first()
+    if user is None or user.pk == record.owner_id:
+        # One answer for a name nobody has, the owner's and a disabled user's: sharing must not tell who exists.
+        raise InvalidInput(f"cannot share with {username!r}: give the user name of an active user other than the "
+                           "terminal's owner")
     ViewGrant.objects.get_or_create(terminal=record, user=user, defaults={"granted_by": actor.user})
     audit(actor, "share", terminal_id=record.id, subject=user.get_username())
     return session_shares(user=actor.user, terminal_id=record.id)

@@ -30,6 +30,8 @@ urlpatterns = [
     path("keys/new", views.key_create, name="key_create"),
     path("keys/<str:prefix>/revoke", views.key_revoke, name="key_revoke"),
     path("users/new", views.user_create, name="user_create"),
-    path("users/<str:username>/change", views.user_change, name="user_change"),
+    # path, not str: a user name may hold a "/" (made in the admin or by create_user), and reversing a str route
+    # for it raised NoReverseMatch on the keys page, locking staff out of key and user management.
+    path("users/<path:username>/change", views.user_change, name="user_change"),
     path("workers/", views.worker_list, name="workers"),
 ]

@@ -17,6 +17,7 @@ from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.utils.dateparse import parse_datetime
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from .. import keys, recordings, sessions
@@ -87,17 +88,20 @@ def terminal_list(request):
 @require_POST
 def terminal_create(request):
     form = request.POST
+    limits = settings.TERMINALS
     try:
-        count_creation(actor(request))
+        # The form is read whole before anything counts or starts: a refused form has no effect.
         kind = form.get("kind", "shell")
         words = shlex.split(form.get("command", "")) if kind == "program" else []
         if kind == "program" and not words:
             raise InvalidInput("give the program to run, for example: python3 -q")
+        cols = _number("columns", form.get("cols"), 120, 1, limits["MAX_COLS"])
+        rows = _number("rows", form.get("rows"), 32, 1, limits["MAX_ROWS"])
+        count_creation(actor(request))
         created = sessions.session_create(
             actor=actor(request), shell=(form.get("shell") or None) if kind == "shell" else None,
             command=words[0] if words else None, args=words[1:], cwd=form.get("cwd") or None,
-            name=form.get("name", "")[:100], cols=_number(form.get("cols"), 120, 1, 1000),
-            rows=_number(form.get("rows"), 32, 1, 1000), record=form.get("record") == "on")
+            name=form.get("name", "")[:100], cols=cols, rows=rows, record=form.get("record") == "on")
     except (ServiceError, ValueError) as error:
         messages.error(request, f"Not created: {_message(error)}")
         return redirect("dashboard:terminals")
@@ -111,12 +115,22 @@ def terminal_end(request, terminal_id):
     signal = request.POST.get("signal", "SIGTERM")
     if signal not in SIGNALS:
         signal = "SIGTERM"
+    back = _same_site(request, request.POST.get("next"))  # decided before acting: a bad one cannot fail after it
     try:
         ended = sessions.session_terminate(actor=actor(request), terminal_id=terminal_id, signal=signal)
         messages.success(request, f"Ended with {signal}: exit code {ended.get('exitCode')}, signal {ended.get('signal')}")
     except ServiceError as error:
         messages.error(request, f"Not ended: {_message(error)}")
-    return redirect(request.POST.get("next") or "dashboard:terminals")
+    return redirect(back)
+
+
+def _same_site(request, target: str | None, fallback: str = "dashboard:terminals") -> str:
+    """target if it is a page of this site, else the fallback: a form's next= must not lead off the site (or to a
+    javascript: URL, which Django refuses to redirect to, as a 500)."""
+    if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()},
+                                                  require_https=request.is_secure()):
+        return target
+    return fallback
 
 
 @page
@@ -188,13 +202,31 @@ def terminal_download(request, terminal_id):
 # Audit
 
 
-def _within(rows, field: str, filters: dict):
-    """rows whose field lies between the filters' since and until (ISO 8601; a value that does not parse is ignored)."""
+def _within(request, rows, field: str, filters: dict):
+    """rows whose field lies between the filters' since and until (ISO 8601); a value that is not a date and time
+    is said on the page, and not applied."""
     for name, lookup in (("since", "gte"), ("until", "lte")):
-        moment = parse_datetime(filters[name]) if filters[name] else None
+        try:
+            moment = _moment(name, filters[name])
+        except InvalidInput as error:
+            messages.error(request, f"Not filtered by {name}: {error.message}")
+            continue
         if moment is not None:
             rows = rows.filter(**{f"{field}__{lookup}": moment})
     return rows
+
+
+def _moment(name: str, value: str):
+    """The date and time a form field holds (ISO 8601), None when empty; InvalidInput when it is no date."""
+    if not value:
+        return None
+    try:
+        moment = parse_datetime(value)  # None when the form is wrong, ValueError for a day that does not exist
+    except ValueError:
+        moment = None
+    if moment is None:
+        raise InvalidInput(f"{name}: {value!r} is not a date and time; write it as 2025-02-28T13:45")
+    return moment
 
 
 @page
@@ -210,7 +242,7 @@ def audit_list(request):
         events = events.filter(outcome=filters["outcome"])
     if filters["terminal"]:
         events = events.filter(terminal_id=filters["terminal"]) if _is_uuid(filters["terminal"]) else events.none()
-    events = _within(events, "at", filters)
+    events = _within(request, events, "at", filters)
     listed = Paginator(events, AUDIT_PAGE).get_page(request.GET.get("page"))
     # A row about a recorded terminal opens its recording.
     terminal_ids = {event.terminal_id for event in listed if event.terminal_id}
@@ -253,7 +285,7 @@ def recording_list(request):
     filters = {name: request.GET.get(name, "").strip() for name in ("user", "since", "until")}
     if filters["user"]:
         found = found.filter(terminal__owner__username=filters["user"])
-    found = _within(found, "started", filters)
+    found = _within(request, found, "started", filters)
     listed = Paginator(found, RECORDINGS_PAGE).get_page(request.GET.get("page"))
     query = "&".join(f"{name}={value}" for name, value in filters.items() if value)
     return render(request, "dashboard/recordings.html", {"page": listed, "filters": filters, "query": query,
@@ -311,7 +343,11 @@ def key_create(request):
     owner = request.user
     if request.user.is_staff and request.POST.get("user"):
         owner = get_user_model().objects.filter(username=request.POST["user"]).first() or owner
-    expires = parse_datetime(request.POST.get("expires", "")) if request.POST.get("expires") else None
+    try:
+        expires = _moment("expires", request.POST.get("expires", "").strip())
+    except InvalidInput as error:  # a typo must not make a key that never expires
+        messages.error(request, f"Not created: {error.message}")
+        return redirect("dashboard:keys")
     record, key = keys.create_key(actor(request), owner, name=request.POST.get("name", "")[:100], expires_at=expires)
     request.session["dashboard_new_key"] = {"key": key, "prefix": record.display_prefix, "user": owner.get_username()}
     return redirect("dashboard:keys")
@@ -384,13 +420,13 @@ def worker_list(request):
                                                       "confinement": sessions.confinement_report()})
 
 
-def _number(value, default: int, low: int, high: int) -> int:
+def _number(name: str, value, default: int, low: int, high: int) -> int:
     try:
         number = int(value) if value not in (None, "") else default
     except ValueError:
-        raise ValueError(f"{value!r} is not a whole number") from None
+        raise ValueError(f"{name}: {value!r} is not a whole number") from None
     if not low <= number <= high:
-        raise ValueError(f"{number} is outside {low} to {high}")
+        raise ValueError(f"{name}: {number} is outside {low} to {high}")
     return number
 
 

@@ -90,7 +90,14 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         handler = getattr(self, get_handler_name(message), None)
         if handler is None:
             raise ValueError(f"No handler for message type {message['type']}")
-        await handler(message)
+        try:
+            await handler(message)
+        except Exception:
+            # A handler that raises ends the consumer (channels closes the socket with 1011) without its disconnect:
+            # the client would stay a viewer of the terminal for good, with no detach row. Leave first, then fail.
+            if message["type"] != "websocket.disconnect":
+                await self.disconnect(1011)
+            raise
 
     async def connect(self) -> None:
         self.terminal_id = self.scope["url_route"]["kwargs"]["terminal_id"]
@@ -196,16 +203,21 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         credential_watch.unwatch(self)
         if self.attached:
             self.attached = False
+            # Each step is tried whatever the one before raised: a failed flush must not leave a ghost viewer.
             try:
                 await self.keys.flush()  # keys sent and not yet on record
-            except AuditUnavailable:
-                logger.error("keys typed into terminal %s before its client left could not be audited",
-                             self.terminal_id)
-            await self._detach_from_worker()
+            except Exception:  # noqa: BLE001 - the detach below must still happen
+                logger.exception("keys typed into terminal %s before its client left could not be audited",
+                                 self.terminal_id)
             try:
-                await database_threads.run(audit, self.actor, "detach", terminal_id=self.terminal_id, closeCode=code)
-            except AuditUnavailable:
-                logger.warning("the detach from terminal %s (close code %s) could not be audited", self.terminal_id, code)
+                await self._detach_from_worker()
+            finally:
+                try:
+                    await database_threads.run(audit, self.actor, "detach", terminal_id=self.terminal_id,
+                                               closeCode=code)
+                except AuditUnavailable:
+                    logger.warning("the detach from terminal %s (close code %s) could not be audited",
+                                   self.terminal_id, code)
 
     # From the client
 
@@ -218,6 +230,16 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         # connection has no actor or terminal of its own to act for.
         if not self.attached or self.closing:
             return
+        try:
+            await self._receive(text_data, bytes_data)
+        except Exception:  # noqa: BLE001 - a frame this code mishandles is this code's bug, not the client's
+            # Escaping, it would end the consumer and close the socket with 1011: the frame is refused instead and
+            # the connection (and its other frames) go on; the log has the traceback.
+            logger.exception("a frame on the live connection to terminal %s failed", self.terminal_id)
+            await self._error("INTERNAL_ERROR", "The frame could not be handled and nothing of it was done; the "
+                                                "connection stays open. If it happens again, report it.")
+
+    async def _receive(self, text_data, bytes_data) -> None:
         raw = text_data if text_data is not None else (bytes_data or b"").decode("utf-8", "replace")
         if len(raw) > MAX_FRAME_BYTES:
             return await self._error("INVALID_INPUT", f"frame larger than {MAX_FRAME_BYTES} bytes")
@@ -226,9 +248,11 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         except json_input.UnkeepableJson as problem:
             return await self._error("INVALID_INPUT", f"frames are JSON objects: {problem}")
         kind = frame.get("type") if isinstance(frame, dict) else None
-        handler = {"input": self._input, "resize": self._resize, "signal": self._signal, "ack": self._ack}.get(kind)
+        handlers = {"input": self._input, "resize": self._resize, "signal": self._signal, "ack": self._ack}
+        handler = handlers.get(kind) if isinstance(kind, str) else None  # a list or an object cannot be a key
         if handler is None:
-            return await self._error("INVALID_INPUT", f"unknown frame type {kind!r}")
+            return await self._error("INVALID_INPUT", f"unknown frame type {_shown(kind)}: a frame's type is one of "
+                                                      f"{', '.join(handlers)}")
         if self.read_only and kind != "ack":
             return await self._error("FORBIDDEN", "this connection is read-only (mode=view)")
         try:
@@ -450,6 +474,12 @@ def _key_and_terminal(key: str, terminal_id: str, read_only: bool):
         return record, _record_and_channel(record.user, terminal_id, read_only)
     except ServiceError as error:
         return record, error
+
+
+def _shown(value, limit: int = 60) -> str:
+    """A client's value quoted in an error frame, cut short: a frame can be 256 KiB."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _uuid(value: str):
