@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs
 
 from autobahn.exception import Disconnected
 from channels.db import DatabaseSyncToAsync
@@ -20,10 +20,9 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.consumer import get_handler_name
 from django.conf import settings
 from django.db import DatabaseError
-from django.http.request import validate_host
 from rest_framework.exceptions import AuthenticationFailed
 
-from .. import database_threads, json_input, lifecycle, metrics, sessions
+from .. import database_threads, json_input, lifecycle, metrics, origins, sessions
 from ..audit import Actor, audit
 from ..auth import key_from_headers, usable_key
 from ..exceptions import (
@@ -169,9 +168,12 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         return None, None, None
 
     def _origin_allowed(self) -> bool:
-        origin = dict(self.scope["headers"]).get(b"origin", b"").decode("latin-1")
-        host = urlparse(origin).hostname if origin else None
-        return host is not None and validate_host(host, settings.ALLOWED_HOSTS)
+        # The whole origin (scheme, host, port), not the host alone: a page on another port of this host is another
+        # site's page, and the browser sends it the session cookie all the same (terminals/origins.py).
+        headers = dict(self.scope["headers"])
+        return origins.origin_allowed(headers.get(b"origin", b"").decode("latin-1") or None,
+                                      scheme=self.scope.get("scheme", "ws"),
+                                      host=headers.get(b"host", b"").decode("latin-1"))
 
     async def _attach(self, from_byte: int | None, found) -> dict:
         if found is None:
