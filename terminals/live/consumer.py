@@ -2,7 +2,8 @@
 
 Close codes, sent before any terminal byte when a connection is refused:
 4401 no valid credentials (or the key was revoked while connected), 4403 a
-foreign Origin with cookie authentication, 4404 no such terminal (another
+foreign Origin with cookie authentication, or an interactive attach to another user's terminal (staff: after an
+error frame saying to use mode=view), 4404 no such terminal (another
 user's too), 4409 the terminal no longer holds output, 4503 no worker answered.
 4012 this server is stopping (1012, Service Restart, in the application's range); reconnect with ?fromByte.
 """
@@ -27,6 +28,7 @@ from ..audit import Actor, audit
 from ..auth import key_from_headers, usable_key
 from ..exceptions import (
     AuditUnavailable,
+    Forbidden,
     InvalidInput,
     ServiceError,
     TerminalInactive,
@@ -50,7 +52,8 @@ def database_sync_to_async(function):
     return DatabaseSyncToAsync(function, thread_sensitive=False)
 
 CLOSE_UNAUTHORIZED, CLOSE_FOREIGN_ORIGIN, CLOSE_NOT_FOUND, CLOSE_INACTIVE, CLOSE_UNAVAILABLE = 4401, 4403, 4404, 4409, 4503
-CLOSE_CODES = {TerminalNotFound: CLOSE_NOT_FOUND, TerminalInactive: CLOSE_INACTIVE, WorkerUnavailable: CLOSE_UNAVAILABLE}
+CLOSE_CODES = {TerminalNotFound: CLOSE_NOT_FOUND, TerminalInactive: CLOSE_INACTIVE, WorkerUnavailable: CLOSE_UNAVAILABLE,
+               Forbidden: CLOSE_FOREIGN_ORIGIN}  # 4403 for both: what the caller may not do
 MAX_FRAME_BYTES = 256 * 1024  # a client frame larger than this is refused
 WINDOW_BYTES = 4 << 20  # output sent but not acknowledged before the server pauses a client
 CLOSE_AFTER_EXIT_SECONDS = 60.0  # how long a client may take to acknowledge the end before the server closes
@@ -130,6 +133,8 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         except (ValueError, ServiceError) as error:
             code = error.default_code if isinstance(error, ServiceError) else "INVALID_INPUT"
             await self._audit_refusal(code)
+            if isinstance(error, Forbidden):  # staff, interactive, on another user's terminal: say to use mode=view
+                await self._error(code, error.message)
             return CLOSE_CODES.get(type(error), CLOSE_NOT_FOUND if code == "TERMINAL_NOT_FOUND" else 4400)
         # On record before the client gets a byte; when it cannot be, the attach is undone and refused. (Output the
         # worker pushes meanwhile waits: a consumer handles its channel's messages after connect() returns.)
@@ -417,8 +422,9 @@ class TerminalConsumer(AsyncWebsocketConsumer):
 
 def _record_and_channel(user, terminal_id: str, read_only: bool):
     # One trip to a database thread for both, not two: an attach is on the create-to-first-prompt path.
-    # A viewer may also watch a terminal its owner shared with them; typing needs the terminal itself.
-    find = sessions.session_get_for_viewing if read_only else sessions.session_get_for
+    # A viewer may also watch a terminal its owner shared with them; typing needs the terminal itself, and one's own
+    # (staff watch other users' terminals with mode=view: sessions.session_get_for_typing).
+    find = sessions.session_get_for_viewing if read_only else sessions.session_get_for_typing
     record = find(user=user, terminal_id=terminal_id)
     return record, sessions.hosting_channel(record)
 
