@@ -52,4 +52,5 @@ def _trusted_patterns() -> list[str]:
 
 def _matches(origin: str, pattern: str) -> bool:
     parts, wanted = urlsplit(origin), urlsplit(pattern)
-    return parts.scheme == wanted.scheme and bool(parts.netloc) and is_same_domain(parts.netloc, wanted.netloc.lstrip("*"))
+    suffix = wanted.netloc.lstrip("*")  # ".example.com", which is_same_domain reads as "any subdomain of"
+    return parts.scheme == wanted.scheme and bool(parts.netloc) and is_same_domain(parts.netloc, suffix)

@@ -212,7 +212,9 @@ socket.onmessage = (message) => {{
     socket.send(JSON.stringify({{type: "input", data: "echo {marker}\\r"}}));
   }}
 }};
-socket.onclose = (closed) => {{ if (!document.title.startsWith("attached")) document.title = "closed " + closed.code; }};
+socket.onclose = (closed) => {{
+  if (!document.title.startsWith("attached")) document.title = "closed " + closed.code;
+}};
 </script>"""
 
 

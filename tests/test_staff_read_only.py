@@ -1,7 +1,7 @@
 """Staff see every terminal but type only into their own: on another user's terminal, input, commands, resize and
 signals answer 403 FORBIDDEN on REST and MCP, an interactive WebSocket attach (key or cookie) is refused with 4403
 after an error frame saying to use mode=view, every refusal is audited under the staff member's name, and nothing
-reaches the terminal. Watching (mode=view), reading and ending stay theirs; so does everything on their own terminals."""
+reaches the terminal. Watching (mode=view), reading and ending stay theirs; so does all of it on their own terminals."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import uuid
 
 import websockets
 
-from terminals.models import AuditEvent, ApiKey
+from terminals.models import ApiKey, AuditEvent
 
 from .client import Api
 from .test_live import Live, attach_audits, run, ws_url
@@ -33,6 +33,7 @@ async def refused_with_a_reason(base: str, terminal: str, headers: dict, marker:
         try:
             while True:
                 frames.append(json.loads(await asyncio.wait_for(ws.recv(), 15)))
+                assert frames[-1]["type"] == "error", f"expected a refusal, got the frame {frames[-1]}"
         except websockets.ConnectionClosed as closed:
             return frames, closed.rcvd.code
 

@@ -52,8 +52,8 @@ def database_sync_to_async(function):
     return DatabaseSyncToAsync(function, thread_sensitive=False)
 
 CLOSE_UNAUTHORIZED, CLOSE_FOREIGN_ORIGIN, CLOSE_NOT_FOUND, CLOSE_INACTIVE, CLOSE_UNAVAILABLE = 4401, 4403, 4404, 4409, 4503
-CLOSE_CODES = {TerminalNotFound: CLOSE_NOT_FOUND, TerminalInactive: CLOSE_INACTIVE, WorkerUnavailable: CLOSE_UNAVAILABLE,
-               Forbidden: CLOSE_FOREIGN_ORIGIN}  # 4403 for both: what the caller may not do
+CLOSE_CODES = {TerminalNotFound: CLOSE_NOT_FOUND, TerminalInactive: CLOSE_INACTIVE, WorkerUnavailable: CLOSE_UNAVAILABLE}
+CLOSE_CODES[Forbidden] = CLOSE_FOREIGN_ORIGIN  # 4403 for both: what this caller may not do (staff: mode=view)
 MAX_FRAME_BYTES = 256 * 1024  # a client frame larger than this is refused
 WINDOW_BYTES = 4 << 20  # output sent but not acknowledged before the server pauses a client
 CLOSE_AFTER_EXIT_SECONDS = 60.0  # how long a client may take to acknowledge the end before the server closes
