@@ -33,6 +33,10 @@ def _persistent_secret_key() -> str:
 SECRET_KEY = _persistent_secret_key()
 DEBUG = env_bool("DEBUG", False)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+# Browser origins, besides the service's own (scheme, host and port as the request reached it), whose pages may act
+# with a user's login: the dashboard's forms (Django's CSRF check) and the cookie-authenticated WebSocket
+# (terminals/origins.py). Behind a proxy that terminates TLS, name the https:// origin browsers use.
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 REDIS_URL = os.getenv("REDIS_URL", "")
 # Connections one process may open to Redis (each channel-layer operation in flight holds one).
 REDIS_MAX_CONNECTIONS = env_int("TERMINALS_REDIS_MAX_CONNECTIONS", 1000, minimum=4)

@@ -30,6 +30,7 @@ from .environment import (
 )
 from .exceptions import (
     AuditUnavailable,
+    Forbidden,
     InvalidInput,
     ServiceError,
     TerminalInactive,
@@ -71,6 +72,18 @@ def session_get_for(*, user, terminal_id, with_owner: bool = False) -> TerminalS
         return TerminalSession.objects.visible_to(user).select_related("worker", "owner").get(pk=key)
     except TerminalSession.DoesNotExist:
         raise TerminalNotFound(f"Terminal {terminal_id} not found") from None
+
+
+def session_get_for_typing(*, user, terminal_id) -> TerminalSession:
+    """A terminal the user may act on as its user does: type into (input, commands, an interactive attach), resize
+    or signal. Their own only. Staff find every terminal (session_get_for) and may read, watch and end it, but keys
+    typed into another user's terminal run as that user, under that user's account: staff watch it read-only
+    (the WebSocket's mode=view) on every interface, whatever credential they come with."""
+    record = session_get_for(user=user, terminal_id=terminal_id)
+    if record.owner_id != user.pk:
+        raise Forbidden(f"Terminal {record.id} is another user's: staff may read it, watch it (a WebSocket with "
+                        f"?mode=view) and end it, but only its owner types into, resizes or signals it")
+    return record
 
 
 # Every request that reaches a terminal looks it up, with its worker, by a statement compiled once (prepared.py):
@@ -437,7 +450,7 @@ def _is_control_key(text: str) -> bool:
 
 
 def session_write(*, actor: Actor, terminal_id, text: str, append_newline: bool = True, close: bool = False) -> dict:
-    record = session_get_for(user=actor.user, terminal_id=terminal_id)
+    record = session_get_for_typing(user=actor.user, terminal_id=terminal_id)
     if not record.is_active:
         raise TerminalInactive(f"Terminal {record.id} is {record.status}", {"status": record.status})
     # The limit is on what the client sent; the Enter key added to it does not count.
@@ -574,7 +587,7 @@ def session_screen(*, actor: Actor, terminal_id) -> dict:
 
 
 def session_resize(*, actor: Actor, terminal_id, cols: int, rows: int) -> dict:
-    record = session_get_for(user=actor.user, terminal_id=terminal_id)
+    record = session_get_for_typing(user=actor.user, terminal_id=terminal_id)
     _require_active(record)
     require_audit_writable()
     data = _ask_worker(record, protocol.RESIZE, cols=cols, rows=rows)
@@ -584,7 +597,7 @@ def session_resize(*, actor: Actor, terminal_id, cols: int, rows: int) -> dict:
 
 def session_signal(*, actor: Actor, terminal_id, signal: str) -> dict:
     """Sends a signal to the terminal's foreground process group, as Ctrl-C does."""
-    record = session_get_for(user=actor.user, terminal_id=terminal_id)
+    record = session_get_for_typing(user=actor.user, terminal_id=terminal_id)
     _require_active(record)
     require_audit_writable()
     data = _ask_worker(record, protocol.SIGNAL, signal=signal)
@@ -621,7 +634,7 @@ def session_kill(*, actor: Actor, terminal_id, signal: str = "SIGKILL") -> dict:
 
 def session_command_run(*, actor: Actor, terminal_id, command: str, timeout_ms: int, wait: bool, read: dict) -> dict:
     """Runs one command in a shell terminal; with wait, answers when it ends, stops at a prompt, or times out."""
-    record = session_get_for(user=actor.user, terminal_id=terminal_id)
+    record = session_get_for_typing(user=actor.user, terminal_id=terminal_id)
     _require_active(record)
     # Like input, the command is on record before it reaches the terminal.
     audit(actor, "command", terminal_id=record.id, outcome="sent", command=command)

@@ -52,6 +52,10 @@ REQUESTS: dict[tuple[str, str], dict] = {
     ("api/terminals/{pk}/screen", "GET"): {},
     ("api/terminals/{pk}/recording", "GET"): {"file": "application/x-asciicast"},
 }
+# Requests that act on the terminal as its user does: the owner's alone. Staff get 403 FORBIDDEN on another user's
+# terminal (they read, watch and end it; tests/test_staff_read_only.py).
+OWNER_ONLY = {("api/terminals/{pk}/input", "POST"), ("api/terminals/{pk}/commands", "POST"),
+              ("api/terminals/{pk}/signal", "POST"), ("api/terminals/{pk}/resize", "POST")}
 SSE = ("api/terminals/{pk}/output", "GET", {"follow": "true"})
 IGNORED_METHODS = {"head", "options", "trace"}
 
@@ -195,12 +199,17 @@ def username_of(api: Api) -> str:
 
 @pytest.mark.parametrize("who", ["alice", "staff"])
 def test_owner_and_staff_reach_every_route(callers, who):
-    """The owner and staff get past authorization on every route: no 401, 403 or 404."""
+    """The owner and staff get past authorization on every route: no 401, 403 or 404; but only the owner types into,
+    resizes or signals the terminal (OWNER_ONLY), staff get 403 there."""
     alice, caller = callers["alice"], callers[who]
     shared, command = prepared(alice)
     for path, method in sorted(REQUESTS):
         terminal, command_id = (prepared(alice) if REQUESTS[(path, method)].get("owner_ends") else (shared, command))
         answer = send(caller, path, method, terminal, command_id, "owner")
+        if who == "staff" and (path, method) in OWNER_ONLY:
+            assert answer.status_code == 403, (who, method, path, answer.text)
+            assert answer.json()["error"]["code"] == "FORBIDDEN", (who, method, path, answer.text)
+            continue
         assert answer.status_code == 200, (who, method, path, answer.text)
         if REQUESTS[(path, method)].get("file"):  # a file, not the JSON envelope
             assert answer.headers["Content-Type"] == REQUESTS[(path, method)]["file"], (who, method, path)
@@ -260,10 +269,11 @@ def test_websocket_refuses_strangers_like_an_unknown_terminal(callers, keys):
         assert theirs == nobodys == 4404
         assert await refusal(alice.url, terminal) == 4401
         assert await refusal(alice.url, terminal, {"X-API-Key": keys["revoked"]}) == 4401
-        for who in ("alice", "staff"):
-            live = await Live.open(alice.url, terminal, keys[who])
+        for who, query in (("alice", {}), ("staff", {"mode": "view"})):  # staff watch; only the owner types
+            live = await Live.open(alice.url, terminal, keys[who], **query)
             assert live.attached["type"] == "attached"
             await live.close()
+        assert await refusal(alice.url, terminal, {"X-API-Key": keys["staff"]}) == 4403
 
     asyncio.run(check())
 

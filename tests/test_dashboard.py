@@ -3,11 +3,15 @@ real servers. What the page shows is read from the page, and a terminal's text f
 
 from __future__ import annotations
 
+import functools
+import http.server
 import os
 import random
 import shutil
 import tempfile
+import threading
 import uuid
+from contextlib import contextmanager
 
 import pytest
 import requests
@@ -19,6 +23,7 @@ from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from terminals.models import ApiKey, AuditEvent, Recording
 
+from .client import Api
 from .servers import KEYS_MADE
 from .test_live import Live, refusal, run
 
@@ -172,6 +177,71 @@ def test_staff_watch_a_users_terminal_read_only_and_the_look_is_audited(server, 
     assert "typed-by-staff" not in screen_text(browser)
     assert not browser.find_elements(By.CSS_SELECTOR, "[data-signal]")
     assert console_problems(browser) == []
+
+
+@contextmanager
+def page_on_another_port(html: str):
+    """A tiny web server on another port of 127.0.0.1 (as a user's own `python3 -m http.server` would be), serving
+    one page; yields its URL."""
+    folder = tempfile.mkdtemp(prefix="other-port-")
+    with open(os.path.join(folder, "index.html"), "w") as page:
+        page.write(html)
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+    site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=folder))
+    thread = threading.Thread(target=site.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{site.server_address[1]}/index.html"
+    finally:
+        site.shutdown()
+        site.server_close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+HIJACKING_PAGE = """<!doctype html><title>loading</title><script>
+const socket = new WebSocket("{socket}");
+socket.onopen = () => socket.send(JSON.stringify({{type: "input", data: "echo {marker}\\r"}}));
+socket.onmessage = (message) => {{
+  const frame = JSON.parse(message.data);
+  if (frame.type === "attached") {{
+    document.title = "attached " + frame.readOnly;
+    socket.send(JSON.stringify({{type: "input", data: "echo {marker}\\r"}}));
+  }}
+}};
+socket.onclose = (closed) => {{
+  if (!document.title.startsWith("attached")) document.title = "closed " + closed.code;
+}};
+</script>"""
+
+
+@pytest.mark.embedded_only("the Origin rule is the live consumer's, the same in both deployments")
+def test_a_page_on_another_port_of_the_same_host_cannot_attach_with_the_dashboards_login(server, browser, people,
+                                                                                            orm):
+    """Alice, logged in to the dashboard, opens a page served from another port of 127.0.0.1 whose script opens a
+    WebSocket to her terminal: Chromium sends her session cookie (the same site), the service refuses the origin
+    with 4403 before any frame, audits it, and nothing the page sent reaches the terminal."""
+    browser.set_window_size(1280, 900)
+    log_in(browser, server.url, people["alice"])
+    terminal = create_terminal(browser, server.url, "hijack-target")
+    marker = f"hijacked-{uuid.uuid4().hex[:8]}"
+    socket = f"{server.url.replace('http://', 'ws://', 1)}/ws/terminals/{terminal}/"
+    with page_on_another_port(HIJACKING_PAGE.format(socket=socket, marker=marker)) as page:
+        assert page.rsplit(":", 1)[1] != server.url.rsplit(":", 1)[1]
+        browser.get(page)
+        until(browser, lambda: browser.title not in ("loading", ""), "the page's socket to attach or close")
+        outcome = browser.title
+    assert outcome == "closed 4403", outcome
+    refused = AuditEvent.objects.filter(terminal_id=terminal, action="attach", username=people["alice"],
+                                        outcome="FORBIDDEN")
+    assert refused.count() == 1
+    alice = Api(server.url, _key_for(people["alice"]))
+    assert marker not in alice.full_output(terminal)
+    assert not [row for row in AuditEvent.objects.filter(terminal_id=terminal) if marker in str(row.details)]
+    console_problems(browser)  # the refused socket's console error belongs to this page, not the next test's
 
 
 @pytest.mark.embedded_only("the access rule is the core's, the same in both deployments")

@@ -129,11 +129,14 @@ class Live:
 
 
 async def refusal(base: str, terminal: str, headers: dict | None = None, **query) -> int:
-    """Connects and returns the close code; fails if any frame (attached or output) comes first."""
+    """Connects and returns the close code; fails if any frame (attached or output) comes first. An error frame
+    saying why (staff attaching interactively to another user's terminal get one) is no terminal byte."""
     async with websockets.connect(ws_url(base, terminal, **query), additional_headers=headers or {},
                                   max_size=None) as ws:
         try:
             message = await asyncio.wait_for(ws.recv(), FRAME_TIMEOUT)
+            while json.loads(message).get("type") == "error":
+                message = await asyncio.wait_for(ws.recv(), FRAME_TIMEOUT)
         except websockets.ConnectionClosed as closed:
             return closed.rcvd.code
     raise AssertionError(f"expected the connection to be refused, got the frame {message}")

@@ -2,7 +2,8 @@
 
 Close codes, sent before any terminal byte when a connection is refused:
 4401 no valid credentials (or the key was revoked while connected), 4403 a
-foreign Origin with cookie authentication, 4404 no such terminal (another
+foreign Origin with cookie authentication, or an interactive attach to another user's terminal (staff: after an
+error frame saying to use mode=view), 4404 no such terminal (another
 user's too), 4409 the terminal no longer holds output, 4503 no worker answered.
 4012 this server is stopping (1012, Service Restart, in the application's range); reconnect with ?fromByte.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs
 
 from autobahn.exception import Disconnected
 from channels.db import DatabaseSyncToAsync
@@ -20,14 +21,14 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.consumer import get_handler_name
 from django.conf import settings
 from django.db import DatabaseError
-from django.http.request import validate_host
 from rest_framework.exceptions import AuthenticationFailed
 
-from .. import database_threads, json_input, lifecycle, metrics, sessions
+from .. import database_threads, json_input, lifecycle, metrics, origins, sessions
 from ..audit import Actor, audit
 from ..auth import key_from_headers, usable_key
 from ..exceptions import (
     AuditUnavailable,
+    Forbidden,
     InvalidInput,
     ServiceError,
     TerminalInactive,
@@ -52,6 +53,7 @@ def database_sync_to_async(function):
 
 CLOSE_UNAUTHORIZED, CLOSE_FOREIGN_ORIGIN, CLOSE_NOT_FOUND, CLOSE_INACTIVE, CLOSE_UNAVAILABLE = 4401, 4403, 4404, 4409, 4503
 CLOSE_CODES = {TerminalNotFound: CLOSE_NOT_FOUND, TerminalInactive: CLOSE_INACTIVE, WorkerUnavailable: CLOSE_UNAVAILABLE}
+CLOSE_CODES[Forbidden] = CLOSE_FOREIGN_ORIGIN  # 4403 for both: what this caller may not do (staff: mode=view)
 MAX_FRAME_BYTES = 256 * 1024  # a client frame larger than this is refused
 WINDOW_BYTES = 4 << 20  # output sent but not acknowledged before the server pauses a client
 CLOSE_AFTER_EXIT_SECONDS = 60.0  # how long a client may take to acknowledge the end before the server closes
@@ -138,6 +140,8 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         except (ValueError, ServiceError) as error:
             code = error.default_code if isinstance(error, ServiceError) else "INVALID_INPUT"
             await self._audit_refusal(code)
+            if isinstance(error, Forbidden):  # staff, interactive, on another user's terminal: say to use mode=view
+                await self._error(code, error.message)
             return CLOSE_CODES.get(type(error), CLOSE_NOT_FOUND if code == "TERMINAL_NOT_FOUND" else 4400)
         # On record before the client gets a byte; when it cannot be, the attach is undone and refused. (Output the
         # worker pushes meanwhile waits: a consumer handles its channel's messages after connect() returns.)
@@ -176,9 +180,12 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         return None, None, None
 
     def _origin_allowed(self) -> bool:
-        origin = dict(self.scope["headers"]).get(b"origin", b"").decode("latin-1")
-        host = urlparse(origin).hostname if origin else None
-        return host is not None and validate_host(host, settings.ALLOWED_HOSTS)
+        # The whole origin (scheme, host, port), not the host alone: a page on another port of this host is another
+        # site's page, and the browser sends it the session cookie all the same (terminals/origins.py).
+        headers = dict(self.scope["headers"])
+        return origins.origin_allowed(headers.get(b"origin", b"").decode("latin-1") or None,
+                                      scheme=self.scope.get("scheme", "ws"),
+                                      host=headers.get(b"host", b"").decode("latin-1"))
 
     async def _attach(self, from_byte: int | None, found) -> dict:
         if found is None:
@@ -439,8 +446,9 @@ class TerminalConsumer(AsyncWebsocketConsumer):
 
 def _record_and_channel(user, terminal_id: str, read_only: bool):
     # One trip to a database thread for both, not two: an attach is on the create-to-first-prompt path.
-    # A viewer may also watch a terminal its owner shared with them; typing needs the terminal itself.
-    find = sessions.session_get_for_viewing if read_only else sessions.session_get_for
+    # A viewer may also watch a terminal its owner shared with them; typing needs the terminal itself, and one's own
+    # (staff watch other users' terminals with mode=view: sessions.session_get_for_typing).
+    find = sessions.session_get_for_viewing if read_only else sessions.session_get_for_typing
     record = find(user=user, terminal_id=terminal_id)
     return record, sessions.hosting_channel(record)
 

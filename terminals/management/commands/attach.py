@@ -27,7 +27,7 @@ REFUSALS = {
     4400: "the server refused the request as malformed; check the terminal id and --from-byte",
     4401: "the server did not accept the API key (missing, unknown, revoked, or its user disabled); "
           "check --key or TERMINALS_API_KEY",
-    4403: "the server refused this connection's Origin; connect with an API key instead",
+    4403: "terminal {terminal} is another user's: staff watch it read-only, with --view",
     4404: "no terminal {terminal} is visible to this key (unknown, or another user's); "
           "list yours with GET /api/terminals",
     4409: "terminal {terminal} has ended and its output is no longer held; create a new terminal",
