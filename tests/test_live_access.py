@@ -1,6 +1,6 @@
 """Taking access away ends live access (terminals/access.py): a share removed, a staff flag removed, a key revoked, a
-user disabled, each while a WebSocket, a Server-Sent Events follow and MCP waits (a use case's poll loop and a
-worker's wait) are open. Each ends within 5 s (one check a round, every 2 s), with the documented code (docs/live.md:
+user disabled, each while a WebSocket, a Server-Sent Events follow, MCP waits (a use case's poll loop and a
+worker's wait) and a REST wait are open. Each ends within 5 s (one check a round, every 2 s), with the documented code (docs/live.md:
 4401 for the credential, 4404 for the terminal), delivers nothing after its end, and leaves an audit row naming why.
 The authorization matrix's live cases (tests/test_authorization_matrix.py covers who may open them)."""
 
@@ -80,6 +80,13 @@ class Follow(threading.Thread):
         return any(event == name for _, event, _ in self.events)
 
 
+def rest_wait(url: str, key: str, terminal: str):
+    """POST .../output/wait for what is never printed: its answer and when it came."""
+    answer = requests.post(f"{url}/api/terminals/{terminal}/output/wait", headers={"X-API-Key": key}, timeout=60,
+                           json={"pattern": NEVER, "timeoutMs": 120_000, "untilInput": False})
+    return answer, time.monotonic()
+
+
 async def mcp_wait(url: str, key: str, tool: str, arguments: dict):
     """A tool call's answer and when it came."""
     async with connect(url, key) as client:
@@ -112,10 +119,11 @@ def test_taking_access_away_ends_every_live_connection(server, keys, orm, change
             waits = [asyncio.ensure_future(mcp_wait(server.url, key, "run_command", {
                          "terminal_id": terminal, "command": TICKER, "timeout_ms": 120_000})),
                      asyncio.ensure_future(mcp_wait(server.url, key, "wait_for_output", {
-                         "terminal_id": terminal, "pattern": NEVER, "timeout_ms": 120_000, "until_input": False}))]
+                         "terminal_id": terminal, "pattern": NEVER, "timeout_ms": 120_000, "until_input": False})),
+                     asyncio.ensure_future(asyncio.to_thread(rest_wait, server.url, key, terminal))]
             follow.start()
             await asyncio.to_thread(wait_for, lambda: follow.saw("output") and AuditEvent.objects.filter(
-                terminal_id=terminal, action="wait_output", username=user.username).exists(), 30, "both waits open")
+                terminal_id=terminal, action="wait_output", username=user.username).count() == 2, 30, "the waits open")
         await live.until_text("tick")
         assert not [wait for wait in waits if wait.done()], "a wait ended before anything was taken away"
         await asyncio.to_thread(take_away, change, user, terminal, alice)
@@ -136,9 +144,12 @@ def test_taking_access_away_ends_every_live_connection(server, keys, orm, change
         assert detach.outcome == reason and detach.details["closeCode"] == close_code, (detach.outcome, detach.details)
         if shared_only:
             return
-        for answer, answered in answers:
+        *mcp_answers, (rest, rest_answered) = answers
+        for answer, answered in mcp_answers:
             assert answer.is_error and f": {reason}: " in answer.content[0].text, answer.content[0].text
             assert answered - changed < BOUND, f"an MCP wait answered {answered - changed:.1f} s after the change"
+        assert (rest.status_code, rest.json()["error"]["code"]) == (close_code - 4000, reason), rest.text
+        assert rest_answered - changed < BOUND, f"the REST wait answered {rest_answered - changed:.1f} s after"
         follow.join(BOUND + 10)
         assert follow.ended_at is not None and follow.ended_at - changed < BOUND, "the follow stream did not end"
         last_at, last, data = follow.events[-1]
@@ -147,6 +158,7 @@ def test_taking_access_away_ends_every_live_connection(server, keys, orm, change
         assert rows.filter(action="detach", outcome=reason, details__stream="sse").count() == 1
         tools = sorted(rows.filter(action="mcp", outcome=reason).values_list("details__tool", flat=True))
         assert tools == ["run_command", "wait_for_output"], tools
+        assert rows.filter(action="output_wait", outcome=reason).count() == 1, list(rows.values_list("action", "outcome"))
     finally:
         staff = Api(server.url, keys["staff"])  # the change may have left the owner without a usable key
         staff.created = [terminal]
