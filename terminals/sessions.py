@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
 import time
 import uuid
 from datetime import timedelta
 
+from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import DatabaseError, connection, transaction
 from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
 
-from . import lifecycle
+from . import access, database_threads, lifecycle
 from .audit import Actor, audit
 from .environment import (
     AccountMissing,
@@ -517,13 +519,14 @@ def session_newest_output(*, actor: Actor, terminal_id) -> dict:
 
 
 def session_follow(*, actor: Actor, terminal_id, from_byte: int | None):
-    """The terminal's output from from_byte, live: an async stream of worker.follow.Event."""
+    """The terminal's output from from_byte, live: an async stream of worker.follow.Event, which ends with an error
+    event once the actor's access to the terminal is taken away (access.py)."""
     from .worker.follow import follow
 
     record = session_get_for(user=actor.user, terminal_id=terminal_id)
     channel = _hosting_channel(record)
     audit(actor, "follow", terminal_id=record.id, fromByte=from_byte)
-    return follow(str(record.id), channel, from_byte)
+    return follow(str(record.id), channel, from_byte, actor)
 
 
 WAIT_POLL_SECONDS = 0.1
@@ -550,7 +553,11 @@ def session_wait_output(*, actor: Actor, terminal_id, pattern: str = "", timeout
     deadline = time.monotonic() + _wait_seconds(timeout_ms)
     limit = settings.TERMINALS["MAX_READ_BYTES"]
     text, position, first, truncated = "", start, None, False
+    hold, checked = access.hold_of(actor, record.id), time.monotonic()
     while True:
+        if time.monotonic() - checked >= access.CHECK_SECONDS:  # access taken away meanwhile ends the wait
+            access.require(hold)
+            checked = time.monotonic()
         # Only what is new each round; what was read stays, up to the last MAX_READ_BYTES characters.
         # What programs printed: the echo of typed input is no answer to it (runtime/echo.py).
         read = _ask_worker(record, protocol.BYTES, from_byte=position, max_bytes=limit, strip_ansi=True, stream=None,
@@ -607,18 +614,46 @@ def session_signal(*, actor: Actor, terminal_id, signal: str) -> dict:
 
 def session_wait_exit(*, actor: Actor, terminal_id, timeout_ms: int) -> dict:
     record = session_get_for(user=actor.user, terminal_id=terminal_id)
-    return worker_client_wait(record, protocol.WAIT, _wait_seconds(timeout_ms), {})
+    return worker_client_wait(record, protocol.WAIT, _wait_seconds(timeout_ms), {}, actor=actor)
 
 
-def worker_client_wait(record: TerminalSession, message_type: str, seconds: float, fields: dict) -> dict:
-    """Asks the worker to wait up to seconds; the request itself may take that long plus the usual deadline."""
+def worker_client_wait(record: TerminalSession, message_type: str, seconds: float, fields: dict,
+                       actor: Actor | None = None) -> dict:
+    """Asks the worker to wait up to seconds; the request itself may take that long plus the usual deadline.
+    For an actor, the wait is given up (UNAUTHORIZED, or TERMINAL_NOT_FOUND) as soon as a check finds its access
+    to the terminal taken away (access.py); what it waited for goes on in the terminal."""
+    reply_within, channel = worker_client.default_timeout() + seconds, _hosting_channel(record)
+    fields = {"id": str(record.id), "timeout": seconds, **fields}
     try:
-        return worker_client.request_sync(
-            _hosting_channel(record), message_type, worker_client.default_timeout() + seconds,
-            id=str(record.id), timeout=seconds, **fields,
-        )
+        if actor is None or seconds <= access.CHECK_SECONDS:
+            return worker_client.request_sync(channel, message_type, reply_within, **fields)
+        hold = access.hold_of(actor, record.id)
+        reply, reason = async_to_sync(_request_while_held)(hold, channel, message_type, reply_within, fields)
     except TerminalNotFound:
         raise TerminalInactive(f"Terminal {record.id} is no longer held by its worker") from None
+    if reason is not None:
+        raise access.refusal(reason, record.id)
+    return reply
+
+
+async def _request_while_held(hold: access.Hold, channel: str, message_type: str, reply_within: float,
+                              fields: dict) -> tuple[dict | None, str | None]:
+    """(the worker's reply, None), or (None, why) when a check every access.CHECK_SECONDS finds the hold lost first."""
+    request = asyncio.ensure_future(worker_client.request(channel, message_type, reply_within, **fields))
+    try:
+        while True:
+            done, _ = await asyncio.wait({request}, timeout=access.CHECK_SECONDS)
+            if done:
+                return request.result(), None
+            try:
+                reason = (await database_threads.run(access.lost, [hold])).get(hold)
+            except DatabaseError as error:  # a locked database: the wait goes on, the next check asks again
+                logger.warning("checking the access of a wait on %s failed: %s", hold.terminal, error)
+                continue
+            if reason is not None:
+                return None, reason
+    finally:
+        request.cancel()
 
 
 def session_kill(*, actor: Actor, terminal_id, signal: str = "SIGKILL") -> dict:
@@ -639,7 +674,7 @@ def session_command_run(*, actor: Actor, terminal_id, command: str, timeout_ms: 
     # Like input, the command is on record before it reaches the terminal.
     audit(actor, "command", terminal_id=record.id, outcome="sent", command=command)
     return worker_client_wait(record, protocol.COMMAND_RUN, _wait_seconds(timeout_ms) if wait else 0,
-                              {"command": command, "wait": wait, "read": read, "actor": actor.as_dict()})
+                              {"command": command, "wait": wait, "read": read, "actor": actor.as_dict()}, actor)
 
 
 def session_command_get(*, actor: Actor, terminal_id, command_id: str, read: dict) -> dict:
@@ -649,7 +684,8 @@ def session_command_get(*, actor: Actor, terminal_id, command_id: str, read: dic
 
 def session_command_wait(*, actor: Actor, terminal_id, command_id: str, timeout_ms: int, read: dict) -> dict:
     record = session_get_for(user=actor.user, terminal_id=terminal_id)
-    return worker_client_wait(record, protocol.COMMAND_WAIT, _wait_seconds(timeout_ms), {"command_id": command_id, "read": read})
+    return worker_client_wait(record, protocol.COMMAND_WAIT, _wait_seconds(timeout_ms),
+                              {"command_id": command_id, "read": read}, actor)
 
 
 def session_command_list(*, actor: Actor, terminal_id) -> dict:

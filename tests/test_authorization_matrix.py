@@ -237,7 +237,9 @@ def test_public_routes_answer_without_a_key(callers):
         assert callers["nobody"].get("/" + path).status_code == 200, path
 
 
-# Live output: Server-Sent Events and the WebSocket
+# Live output: Server-Sent Events and the WebSocket. Who may open them is here; that they end when that access is
+# taken away while they are open (a share, a staff flag, a key, a user; MCP and REST waits too) is
+# tests/test_live_access.py.
 
 
 def test_sse_follow_answers_strangers_like_an_unknown_terminal(callers):

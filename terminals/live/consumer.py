@@ -1,10 +1,11 @@
 """The live terminal WebSocket: output pushed as it happens, input, resize and signals; thin over sessions.py.
 
 Close codes, sent before any terminal byte when a connection is refused:
-4401 no valid credentials (or the key was revoked while connected), 4403 a
+4401 no valid credentials (or the key was revoked, or its user disabled, while connected), 4403 a
 foreign Origin with cookie authentication, or an interactive attach to another user's terminal (staff: after an
-error frame saying to use mode=view), 4404 no such terminal (another
-user's too), 4409 the terminal no longer holds output, 4503 no worker answered.
+error frame saying to use mode=view), 4404 no such terminal (another user's too; or, while connected, access to it
+was taken away: a share removed, a staff flag removed), 4409 the terminal no longer holds output, 4503 no worker
+answered.
 4012 this server is stopping (1012, Service Restart, in the application's range); reconnect with ?fromByte.
 """
 
@@ -23,7 +24,7 @@ from django.conf import settings
 from django.db import DatabaseError
 from rest_framework.exceptions import AuthenticationFailed
 
-from .. import database_threads, json_input, lifecycle, metrics, origins, sessions
+from .. import access, database_threads, json_input, lifecycle, metrics, origins, sessions
 from ..audit import Actor, audit
 from ..auth import key_from_headers, usable_key
 from ..exceptions import (
@@ -40,7 +41,6 @@ from ..runtime.buffer import decode
 from ..worker import client as worker_client
 from ..worker import protocol
 from ..worker import watch as worker_watch
-from .credentials import CredentialWatch
 
 logger = logging.getLogger(__name__)
 
@@ -57,8 +57,6 @@ CLOSE_CODES[Forbidden] = CLOSE_FOREIGN_ORIGIN  # 4403 for both: what this caller
 MAX_FRAME_BYTES = 256 * 1024  # a client frame larger than this is refused
 WINDOW_BYTES = 4 << 20  # output sent but not acknowledged before the server pauses a client
 CLOSE_AFTER_EXIT_SECONDS = 60.0  # how long a client may take to acknowledge the end before the server closes
-KEY_CHECK_SECONDS = 2.0  # how soon a revoked key's connections close
-credential_watch = CredentialWatch(KEY_CHECK_SECONDS)
 LAYER_FAILED = "terminal.layer_failed"  # a receive from the channel layer failed
 # RFC 6455's registry has 1012 "Service Restart", but a server may send only 1000 and 3000-4999 (autobahn, under
 # daphne, refuses the rest): 4012 says the same in the application's range.
@@ -119,8 +117,8 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         if refusal is not None:
             await self.close(code=refusal)
             return
-        credential = ("key", self.api_key.pk) if self.api_key is not None else ("user", self.actor.user.pk)
-        credential_watch.watch(self, credential, lambda: self.close(code=CLOSE_UNAUTHORIZED))
+        hold = access.hold_of(self.actor, self.terminal_id, view=self.read_only)
+        access.access_watch.watch(self, hold, self._access_lost)
         worker_watch.watch(self.terminal_id, self)
         _open.add(self)
         metrics.LIVE_CLIENTS.labels("websocket").inc()
@@ -207,7 +205,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         closer = getattr(self, "exit_close", None)
         if closer is not None:
             closer.cancel()
-        credential_watch.unwatch(self)
+        access.access_watch.unwatch(self)
         if self.attached:
             self.attached = False
             # Each step is tried whatever the one before raised: a failed flush must not leave a ghost viewer.
@@ -221,7 +219,8 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             finally:
                 try:
                     await database_threads.run(audit, self.actor, "detach", terminal_id=self.terminal_id,
-                                               closeCode=code)
+                                               closeCode=code,
+                                               outcome=getattr(self, "access_lost", "ok"))
                 except AuditUnavailable:
                     logger.warning("the detach from terminal %s (close code %s) could not be audited",
                                    self.terminal_id, code)
@@ -417,6 +416,13 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             await self._error("WORKER_UNAVAILABLE", f"The terminal's worker stopped answering; reconnect later with "
                                                     f"?fromByte={self.sent_until} to continue where this stopped.")
         await self.close(code=CLOSE_INACTIVE if event["lost"] else CLOSE_UNAVAILABLE)
+
+    async def _access_lost(self, reason: str) -> None:
+        """Access was taken away while connected (access.py): 4401 for the credential, 4404 for the terminal."""
+        self.access_lost = reason  # the detach row's outcome
+        await self._error(reason, "Your key was revoked or your user disabled; connect again with a usable key."
+                          if reason == access.UNAUTHORIZED else f"Terminal {self.terminal_id} not found")
+        await self.close(code=CLOSE_UNAUTHORIZED if reason == access.UNAUTHORIZED else CLOSE_NOT_FOUND)
 
     async def _send(self, frame: dict) -> None:
         # Output the worker pushed can be dispatched after this side sent its close (a stopping server) or after

@@ -11,6 +11,8 @@ from typing import NamedTuple
 from channels.layers import get_channel_layer
 from django.conf import settings
 
+from .. import access, database_threads
+from ..audit import Actor, audit
 from ..exceptions import ServiceError
 from ..runtime.buffer import decode
 from . import client as worker_client
@@ -32,9 +34,13 @@ class Event(NamedTuple):
 QUIET = Event("quiet", {})
 
 
-async def follow(terminal_id: str, worker_channel: str, from_byte: int | None):
-    """Yields attached, then output and gap events, and a final exit, or a final error when the channel layer fails
-    or the terminal's worker is gone (watch.py); QUIET while nothing happens."""
+ACCESS_LOST = "terminal.access_lost"  # the access watch's news on the follow's own channel: reason
+
+
+async def follow(terminal_id: str, worker_channel: str, from_byte: int | None, actor: Actor | None = None):
+    """Yields attached, then output and gap events, and a final exit, or a final error when the channel layer fails,
+    the terminal's worker is gone (watch.py) or the actor's access to the terminal was taken away (access.py: its
+    key revoked, its user disabled, its staff flag removed; audited as a detach); QUIET while nothing happens."""
     layer = get_channel_layer()
     channel = await layer.new_channel()
     try:
@@ -48,6 +54,8 @@ async def follow(terminal_id: str, worker_channel: str, from_byte: int | None):
     yield Event("attached", attached, expected)
     watcher = _WorkerWatcher(layer, channel)
     worker_watch.watch(terminal_id, watcher)
+    if actor is not None:
+        access.access_watch.watch(watcher, access.hold_of(actor, terminal_id), watcher.access_lost)
     try:
         while True:
             try:
@@ -73,23 +81,43 @@ async def follow(terminal_id: str, worker_channel: str, from_byte: int | None):
             elif kind == worker_watch.WORKER_LOST:
                 yield Event("error", _worker_lost_error(message["lost"]))
                 return
+            elif kind == ACCESS_LOST:
+                await _audit_lost_access(actor, terminal_id, message["reason"])
+                yield Event("error", {"code": message["reason"], "message": access.refusal(
+                    message["reason"], terminal_id).message})
+                return
     finally:
         worker_watch.unwatch(terminal_id, watcher)
+        access.access_watch.unwatch(watcher)
         # The client may be gone already: detach without waiting for the answer.
         asyncio.ensure_future(_detach(worker_channel, terminal_id, channel))
 
 
 class _WorkerWatcher:
-    """Hands worker_watch's news that the terminal's worker is gone to the follow's own channel, in order."""
+    """Hands worker_watch's news that the terminal's worker is gone, and the access watch's that the follower's
+    access is, to the follow's own channel, in order."""
 
     def __init__(self, layer, channel: str) -> None:
         self.layer, self.channel = layer, channel
 
     async def terminal_worker_lost(self, news: dict) -> None:
+        await self._tell(news)
+
+    async def access_lost(self, reason: str) -> None:
+        await self._tell({"type": ACCESS_LOST, "reason": reason})
+
+    async def _tell(self, news: dict) -> None:
         try:
             await self.layer.send(self.channel, news)
         except Exception:  # noqa: BLE001 - the layer is away: the follow ends on its own failure then
-            logger.warning("telling a follow of %s its worker is gone failed", news["terminal"], exc_info=True)
+            logger.warning("telling a follow of %s failed", news["type"], exc_info=True)
+
+
+async def _audit_lost_access(actor: Actor, terminal_id: str, reason: str) -> None:
+    try:
+        await database_threads.run(audit, actor, "detach", outcome=reason, terminal_id=terminal_id, stream="sse")
+    except ServiceError:
+        logger.warning("the end of a follow of terminal %s (%s) could not be audited", terminal_id, reason)
 
 
 def _worker_lost_error(lost: bool) -> dict:
