@@ -114,10 +114,17 @@ def test_taking_access_away_ends_every_live_connection(server, keys, orm, change
         if shared_only:
             owner.send(terminal, TICKER)
         else:
-            # The ticker is itself an MCP wait (run_command waits in the worker), beside a wait in a use case's
-            # poll loop (wait_for_output) that nothing printed can end.
-            waits = [asyncio.ensure_future(mcp_wait(server.url, key, "run_command", {
-                         "terminal_id": terminal, "command": TICKER, "timeout_ms": 120_000})),
+            # A wait in the worker (the ticker as run_command, or for staff, who only watch another user's
+            # terminal, wait_for_exit with the owner typing the ticker), beside a wait in a use case's poll loop
+            # (wait_for_output) that nothing printed can end.
+            if owns:
+                worker_wait = mcp_wait(server.url, key, "run_command", {
+                    "terminal_id": terminal, "command": TICKER, "timeout_ms": 120_000})
+            else:
+                owner.send(terminal, TICKER)
+                worker_wait = mcp_wait(server.url, key, "wait_for_exit", {"terminal_id": terminal,
+                                                                         "timeout_ms": 120_000})
+            waits = [asyncio.ensure_future(worker_wait),
                      asyncio.ensure_future(mcp_wait(server.url, key, "wait_for_output", {
                          "terminal_id": terminal, "pattern": NEVER, "timeout_ms": 120_000, "until_input": False})),
                      asyncio.ensure_future(asyncio.to_thread(rest_wait, server.url, key, terminal))]
@@ -157,7 +164,7 @@ def test_taking_access_away_ends_every_live_connection(server, keys, orm, change
         rows = AuditEvent.objects.filter(id__gt=before, terminal_id=terminal, username=user.username)
         assert rows.filter(action="detach", outcome=reason, details__stream="sse").count() == 1
         tools = sorted(rows.filter(action="mcp", outcome=reason).values_list("details__tool", flat=True))
-        assert tools == ["run_command", "wait_for_output"], tools
+        assert tools == ["run_command" if owns else "wait_for_exit", "wait_for_output"], tools
         assert rows.filter(action="output_wait", outcome=reason).count() == 1, list(rows.values_list("action", "outcome"))
     finally:
         staff = Api(server.url, keys["staff"])  # the change may have left the owner without a usable key
