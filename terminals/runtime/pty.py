@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from . import processes, signals
 from .child import EXIT_DRAIN_SECONDS, MARKER_VARIABLE, MEMBER_POLL_SECONDS, ChildProcess, ExitStatus, SpawnSpec
-from .errors import LineTooLong, SessionInactive, SpawnFailed
+from .errors import LineTooLong, SessionInactive, SpawnFailed, WindowSizeInvalid
 
 if TYPE_CHECKING:
     from .screen import ScreenMirror
@@ -50,6 +50,7 @@ SCREEN_REPLAY_BYTES = 64 * 1024
 # newline included; what goes past that is dropped without a word (n_tty.c).
 MAX_CANONICAL_LINE = 4095
 LINE_ENDS = re.compile(rb"[\n\r\x04]")
+LARGEST_WINDOW_SIDE = 0xFFFF  # struct winsize holds each side in an unsigned short
 QUERIES = re.compile(rb"\x1b\[(?:[56]n|0?c)")  # cursor position, device status, device attributes
 
 
@@ -77,6 +78,7 @@ class PtySession(ChildProcess):
     def spawn(self, *, handover: int | None = None) -> None:
         """handover: the read end of a pipe the process finds as fd HANDOVER_FD, open
         in no other process of its account (the way a shell gets its secret)."""
+        check_window_size(self.spec.cols, self.spec.rows)
         master, slave = os.openpty()
         try:
             _set_window_size(master, self.spec.cols, self.spec.rows)
@@ -280,6 +282,7 @@ class PtySession(ChildProcess):
     def resize(self, cols: int, rows: int) -> None:
         if not self.is_alive:
             raise SessionInactive("the terminal's process has ended")
+        check_window_size(cols, rows)
         _set_window_size(self._fd, cols, rows)
         self.cols, self.rows = cols, rows
         if self._screen is not None:
@@ -329,6 +332,14 @@ def _spawn_argv(spec: SpawnSpec, handover: bool, terminal: str) -> tuple[list[st
 
 def longest_line(data: bytes) -> int:
     return max(len(line) for line in LINE_ENDS.split(data))
+
+
+def check_window_size(cols: int, rows: int, largest: tuple[int, int] = (LARGEST_WINDOW_SIDE, LARGEST_WINDOW_SIDE)) -> None:
+    """Refuses a size the PTY cannot hold (struct.error, a 500, before) or past the caller's limits (cols, rows).
+    The service checks sizes before they reach a worker (sessions.checked_window_size); this is the last guard."""
+    for name, value, limit in (("cols", cols, largest[0]), ("rows", rows, largest[1])):
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+            raise WindowSizeInvalid(f"{name}: must be a whole number from 1 to {limit}", fields={name: [f"from 1 to {limit}"]})
 
 
 def _set_window_size(fd: int, cols: int, rows: int) -> None:
