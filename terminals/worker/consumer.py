@@ -674,7 +674,7 @@ class TerminalWorker:
         session = self.manager.get(message["id"])
         if not hasattr(session, "screen"):
             raise InvalidRequest("a terminal without a PTY has no screen")
-        return {"terminalId": message["id"], **session.screen()}
+        return {"terminalId": message["id"], **(await session.render_screen())}
 
     async def handle_resize(self, message: dict) -> dict:
         _allowed_size(message)
