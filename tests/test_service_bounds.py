@@ -5,6 +5,7 @@ are capped (docs/live.md, docs/settings.md)."""
 from __future__ import annotations
 
 import asyncio
+import statistics
 import threading
 import time
 import uuid
@@ -17,7 +18,7 @@ from terminals.models import AuditEvent, TerminalSession
 
 from .client import Api
 from .conftest import make_key
-from .servers import start_embedded
+from .servers import start_embedded, wait_for
 from .test_live import Live, refusal
 from .test_live import run as run_live
 from .test_mcp import connect, data, run, text
@@ -98,6 +99,47 @@ def test_the_dashboards_create_form_refuses_900_rows_with_a_message(server, orm)
     assert answer.status_code == 200
     assert "Not created: rows: must be a whole number from 1 to 500" in answer.text
     assert not TerminalSession.objects.filter(owner__username=username).exists()
+
+
+# Screens are rendered off the event loop
+
+
+def test_reading_the_largest_screen_over_and_over_stalls_no_other_user(server, keys):
+    """A 1000 x 500 screen full of output takes about 150 ms to render (and 60 ms more to rebuild), on the worker's
+    event loop, which every terminal shares: 16 clients reading it in a loop held another user's reads for a second
+    and more each. Rendered on the screen threads, the other user's reads answer as usual."""
+    alice, bob = Api(server.url, keys["alice"]), Api(server.url, keys["bob"])
+    try:
+        big = alice.create(shell="/bin/bash", cols=1000, rows=500)["terminalId"]
+        small = bob.create(shell="/bin/bash")["terminalId"]
+        alice.send(big, "for i in $(seq 1 520); do printf '%0999d\\n' $i; done")
+        wait_for(lambda: alice.get(f"/api/terminals/{big}/stats").json()["data"]["totalBytes"] > 520_000, 60,
+                 "a screen full of output")
+        assert alice.get(f"/api/terminals/{big}/screen").json()["data"]["rows"] == 500
+        stop, latencies = threading.Event(), []
+
+        def read_screens():
+            api = Api(server.url, keys["alice"])
+            while not stop.is_set():
+                api.get(f"/api/terminals/{big}/screen", timeout=60)
+
+        readers = [threading.Thread(target=read_screens) for _ in range(16)]
+        for reader in readers:
+            reader.start()
+        try:
+            time.sleep(0.5)  # the readers are under way; what is measured is bob's reads meanwhile
+            for _ in range(20):
+                start = time.monotonic()
+                assert bob.get(f"/api/terminals/{small}/stats", timeout=30).status_code == 200
+                latencies.append(time.monotonic() - start)
+        finally:
+            stop.set()
+            for reader in readers:
+                reader.join()
+        assert statistics.median(latencies) < 1.0, latencies
+    finally:
+        alice.cleanup()
+        bob.cleanup()
 
 
 # One bounded matcher for every pattern
