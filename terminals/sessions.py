@@ -575,8 +575,8 @@ def session_screen(*, actor: Actor, terminal_id) -> dict:
 
 
 def session_resize(*, actor: Actor, terminal_id, cols: int, rows: int) -> dict:
-    cols, rows = checked_window_size(cols, rows)
     record = session_get_for(user=actor.user, terminal_id=terminal_id)
+    cols, rows = checked_window_size(cols, rows)
     _require_active(record)
     require_audit_writable()
     data = _ask_worker(record, protocol.RESIZE, cols=cols, rows=rows)

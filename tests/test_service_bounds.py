@@ -54,6 +54,7 @@ def test_mcp_resize_past_the_limits_is_refused_and_the_size_stays(server, keys, 
             assert answer.is_error, size
             assert f"INVALID_INPUT: {field}: must be a whole number from 1 to" in text(answer), text(answer)
             assert ("1000" if field == "cols" else "500") in text(answer)
+            assert f"TERMINALS_MAX_{field.upper()}" in text(answer)  # the core's check, not only the worker's
         assert terminal_size(api, terminal) == (100, 30)
         assert (screen["cols"], screen["rows"]) == (100, 30)
         refused = AuditEvent.objects.filter(terminal_id=uuid.UUID(terminal), action="mcp", outcome="INVALID_INPUT")
@@ -76,8 +77,8 @@ def test_every_mcp_profile_refuses_to_create_a_huge_terminal(server, keys, orm):
         return first, second
 
     first, second = run(scenario())
-    assert first.is_error and "INVALID_INPUT: cols:" in text(first), text(first)
-    assert second.is_error and "INVALID_INPUT: rows:" in text(second), text(second)
+    assert first.is_error and "INVALID_INPUT: cols:" in text(first) and "TERMINALS_MAX_COLS" in text(first), text(first)
+    assert second.is_error and "INVALID_INPUT: rows:" in text(second) and "TERMINALS_MAX_ROWS" in text(second), text(second)
     assert TerminalSession.objects.count() == before
 
 
@@ -97,7 +98,7 @@ def test_the_dashboards_create_form_refuses_900_rows_with_a_message(server, orm)
                                 "csrfmiddlewaretoken": browser.cookies["csrftoken"]},
                           headers={"Referer": f"{server.url}/", "Origin": server.url}, timeout=30)
     assert answer.status_code == 200
-    assert "Not created: rows: must be a whole number from 1 to 500" in answer.text
+    assert "Not created: rows: must be a whole number from 1 to 500 (TERMINALS_MAX_ROWS)" in answer.text
     assert not TerminalSession.objects.filter(owner__username=username).exists()
 
 
@@ -246,3 +247,36 @@ async def _open_when_freed(url: str, terminal: str, key: str) -> Live:
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.1)
+
+
+# The runtime's own guard
+
+
+def test_the_pty_refuses_a_size_its_window_cannot_hold():
+    """Past 65535 the kernel's window size cannot hold a side: struct.error (a 500) before; now a refusal that the
+    worker reports as INVALID_INPUT, at the spawn and in a resize, and the terminal keeps its size."""
+    from terminals.runtime.buffer import OutputBuffer
+    from terminals.runtime.errors import WindowSizeInvalid
+    from terminals.runtime.pty import PtySession, SpawnSpec
+
+    from .runtime_support import cleanup
+    from .runtime_support import run as run_runtime
+
+    def spec(cols: int, rows: int) -> SpawnSpec:
+        return SpawnSpec(argv=["/bin/sh"], cwd="/tmp", env={"PATH": "/usr/bin:/bin"}, cols=cols, rows=rows)
+
+    async def scenario():
+        with pytest.raises(WindowSizeInvalid) as refused:
+            PtySession(spec(70000, 24), buffer=OutputBuffer(max_lines=100, max_bytes=1 << 16)).start()
+        assert refused.value.code == "INVALID_INPUT"
+        session = PtySession(spec(80, 24), buffer=OutputBuffer(max_lines=100, max_bytes=1 << 16))
+        session.start()
+        try:
+            for cols, rows in ((70000, 24), (80, 0), (80, True)):
+                with pytest.raises(WindowSizeInvalid):
+                    session.resize(cols, rows)
+            assert (session.cols, session.rows) == (80, 24)
+        finally:
+            await cleanup(session)
+
+    run_runtime(scenario)
