@@ -257,6 +257,8 @@ TERMINALS = {
     "MAX_READ_BYTES": env_int("TERMINALS_MAX_READ_BYTES", 1 << 20, minimum=1),
     "WORKER_TIMEOUT_MS": env_int("TERMINALS_WORKER_TIMEOUT_MS", 5000, minimum=100),
     "HEARTBEAT_INTERVAL_MS": env_int("TERMINALS_HEARTBEAT_INTERVAL_MS", 5000, minimum=100),
+    # Live connections (WebSockets and follow streams) one user may hold open at once, in each web process.
+    "MAX_LIVE_CONNECTIONS_PER_USER": env_int("TERMINALS_MAX_LIVE_CONNECTIONS_PER_USER", 200, minimum=1),
     # How long a follow stream (SSE) stays silent before a keepalive comment, so proxies keep it open.
     "SSE_KEEPALIVE_MS": env_int("TERMINALS_SSE_KEEPALIVE_MS", 15000, minimum=100),
     # host:port where this process also serves /metrics without authentication; empty: only GET /api/metrics.

@@ -346,6 +346,7 @@ def session_create(
 ) -> dict:
     """Starts a shell (with login, as a login shell), or with command a program run directly (no shell in between).
     With record (or by the recording policy), what it shows is recorded (recordings.py)."""
+    cols, rows = checked_window_size(cols, rows)
     username = actor.user.get_username()
     record = should_record(username, record)
     account = _run_as(username)
@@ -392,6 +393,18 @@ def session_create(
         creation=creation,
         **fields,
     )
+
+
+def checked_window_size(cols, rows) -> tuple[int, int]:
+    """The one check of a window size, whatever the interface asked (REST, WebSocket, MCP, ACP, the dashboard):
+    whole numbers from 1 to MAX_COLS and MAX_ROWS. A larger screen is what every screen read renders, on the process
+    that serves everyone (65535 x 65535 took a server to 100% CPU for minutes); past 65535 the PTY cannot hold it."""
+    config = settings.TERMINALS
+    for field, value, limit in (("cols", cols, config["MAX_COLS"]), ("rows", rows, config["MAX_ROWS"])):
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+            raise invalid(field, f"must be a whole number from 1 to {limit} (TERMINALS_MAX_{field.upper()}); "
+                                 f"got {str(value)[:20]}")
+    return cols, rows
 
 
 def should_record(username: str, requested: bool) -> bool:
@@ -569,7 +582,8 @@ def session_wait_output(*, actor: Actor, terminal_id, pattern: str = "", timeout
         outcome = matched = None
         if compiled is not None:
             try:
-                found = compiled.search(text, timeout=PATTERN_SECONDS)
+                # concurrent: the search lets go of the GIL, so the event loop that serves everyone runs meanwhile.
+                found = compiled.search(text, timeout=PATTERN_SECONDS, concurrent=True)
             except TimeoutError:
                 raise invalid("pattern", f"took longer than {PATTERN_SECONDS} s to search the output; simplify it") from None
             if found:
@@ -595,6 +609,7 @@ def session_screen(*, actor: Actor, terminal_id) -> dict:
 
 def session_resize(*, actor: Actor, terminal_id, cols: int, rows: int) -> dict:
     record = session_get_for_typing(user=actor.user, terminal_id=terminal_id)
+    cols, rows = checked_window_size(cols, rows)
     _require_active(record)
     require_audit_writable()
     data = _ask_worker(record, protocol.RESIZE, cols=cols, rows=rows)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from .. import lifecycle, metrics
 from ..worker.follow import QUIET, Event
@@ -24,7 +24,8 @@ def event_text(event: Event) -> str:
     return f"{head}event: {event.name}\ndata: {json.dumps(event.data, ensure_ascii=False)}\n\n"
 
 
-async def server_sent_events(events: AsyncIterator[Event]) -> AsyncIterator[str]:
+async def server_sent_events(events: AsyncIterator[Event], on_end: Callable[[], None] = lambda: None) -> AsyncIterator[str]:
+    """The stream's text; on_end() runs once it ends (the caller's live connection slot, live_connections.py)."""
     stop = asyncio.get_running_loop().create_future()
     _streams.add(stop)
     metrics.LIVE_CLIENTS.labels("sse").inc()
@@ -50,6 +51,7 @@ async def server_sent_events(events: AsyncIterator[Event]) -> AsyncIterator[str]
                 yield event_text(event)
     finally:
         _streams.discard(stop)
+        on_end()
         metrics.LIVE_CLIENTS.labels("sse").dec()
         if step is not None and not step.done():  # the client went away while the follow waited for output
             step.cancel()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+
 from django.http import HttpResponse, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, PolymorphicProxySerializer
@@ -11,7 +13,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from .. import json_input, recordings, sessions
+from .. import json_input, live_connections, recordings, sessions
 from ..audit import Actor
 from ..exceptions import ErrorEnvelope, InvalidInput, NotFound
 from ..models import AuditEvent
@@ -116,8 +118,7 @@ class TerminalViewSet(viewsets.ViewSet):
         if query.validated_data["follow"]:
             resume = json_input.byte_offset(request.headers.get("Last-Event-ID"))
             from_byte = resume if resume is not None else query.validated_data.get("fromByte")
-            stream = sessions.session_follow(actor=actor, terminal_id=pk, from_byte=from_byte)
-            response = StreamingHttpResponse(server_sent_events(stream), content_type="text/event-stream")
+            response = StreamingHttpResponse(_follow_events(actor, pk, from_byte), content_type="text/event-stream")
             response["Cache-Control"] = "no-cache"
             response["X-Accel-Buffering"] = "no"
             return response
@@ -364,3 +365,17 @@ class AuditViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
         newest_first = query["ordering"] == "-at"
         events = events.filter(**{name: value for name, value in filters.items() if value is not None})
         return events.order_by("-id" if newest_first else "id")  # ids follow time: the hash chain's order
+
+
+def _follow_events(actor: Actor, terminal_id, from_byte: int | None):
+    """The follow stream's events, holding one of the user's live connection slots (429 LIMIT_REACHED past the cap)
+    until the stream ends, or until it is dropped unstarted when its client left before the first byte."""
+    slot = live_connections.take(actor.user)
+    try:
+        stream = sessions.session_follow(actor=actor, terminal_id=terminal_id, from_byte=from_byte)
+    except BaseException:
+        slot.release()
+        raise
+    events = server_sent_events(stream, on_end=slot.release)
+    weakref.finalize(events, slot.release)
+    return events

@@ -4,8 +4,8 @@ Close codes, sent before any terminal byte when a connection is refused:
 4401 no valid credentials (or the key was revoked, or its user disabled, while connected), 4403 a
 foreign Origin with cookie authentication, or an interactive attach to another user's terminal (staff: after an
 error frame saying to use mode=view), 4404 no such terminal (another user's too; or, while connected, access to it
-was taken away: a share removed, a staff flag removed), 4409 the terminal no longer holds output, 4503 no worker
-answered.
+was taken away: a share removed, a staff flag removed), 4409 the terminal no longer holds output, 4429 the user
+holds as many live connections as allowed (live_connections.py), 4503 no worker answered.
 4012 this server is stopping (1012, Service Restart, in the application's range); reconnect with ?fromByte.
 """
 
@@ -24,13 +24,14 @@ from django.conf import settings
 from django.db import DatabaseError
 from rest_framework.exceptions import AuthenticationFailed
 
-from .. import access, database_threads, json_input, lifecycle, metrics, origins, sessions
+from .. import access, database_threads, json_input, lifecycle, live_connections, metrics, origins, sessions
 from ..audit import Actor, audit
 from ..auth import key_from_headers, usable_key
 from ..exceptions import (
     AuditUnavailable,
     Forbidden,
     InvalidInput,
+    LimitReached,
     ServiceError,
     TerminalInactive,
     TerminalNotFound,
@@ -52,6 +53,7 @@ def database_sync_to_async(function):
     return DatabaseSyncToAsync(function, thread_sensitive=False)
 
 CLOSE_UNAUTHORIZED, CLOSE_FOREIGN_ORIGIN, CLOSE_NOT_FOUND, CLOSE_INACTIVE, CLOSE_UNAVAILABLE = 4401, 4403, 4404, 4409, 4503
+CLOSE_TOO_MANY = 4429  # HTTP's 429 in the application's range: the user's live connections are at the cap
 CLOSE_CODES = {TerminalNotFound: CLOSE_NOT_FOUND, TerminalInactive: CLOSE_INACTIVE, WorkerUnavailable: CLOSE_UNAVAILABLE}
 CLOSE_CODES[Forbidden] = CLOSE_FOREIGN_ORIGIN  # 4403 for both: what this caller may not do (staff: mode=view)
 MAX_FRAME_BYTES = 256 * 1024  # a client frame larger than this is refused
@@ -133,6 +135,11 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             await self._audit_refusal("FORBIDDEN")
             return CLOSE_FOREIGN_ORIGIN
         try:
+            self.slot = live_connections.take(self.actor.user)  # given back in disconnect(), whatever happens next
+        except LimitReached:
+            await self._audit_refusal(LimitReached.default_code)
+            return CLOSE_TOO_MANY
+        try:
             from_byte = _from_byte(query)
             self.attachment = await self._attach(from_byte, found)
         except (ValueError, ServiceError) as error:
@@ -198,6 +205,8 @@ class TerminalConsumer(AsyncWebsocketConsumer):
                                            who=self.actor.username)
 
     async def disconnect(self, code: int) -> None:
+        if getattr(self, "slot", None) is not None:
+            self.slot.release()
         if self in _open:
             _open.discard(self)
             metrics.LIVE_CLIENTS.labels("websocket").dec()

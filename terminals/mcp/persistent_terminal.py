@@ -85,12 +85,8 @@ def server() -> MCPServer:
         stableTime: Annotated[int, Field(ge=0, description="Quiet time that counts as settled, ms (default 500)")] = 500,
         pattern: Annotated[str, Field(description="A regular expression to wait for instead")] = "",
     ) -> CallToolResult:
-        import re
-
-        try:
-            wanted = re.compile(pattern) if pattern else None
-        except re.error as problem:
-            raise ToolError(f"INVALID_INPUT: pattern is not a regular expression ({problem}). Next: fix it.") from None
+        if pattern:
+            return await _wait_for_pattern(ctx, terminalId, pattern, timeout)
         deadline = time.monotonic() + min(timeout, settings.TERMINALS["MAX_WAIT_MS"]) / 1000
 
         async def stats(record: bool = False):
@@ -103,12 +99,7 @@ def server() -> MCPServer:
             now = (await stats())["totalBytes"]
             if now != seen:
                 seen, quiet_since = now, time.monotonic()
-            if wanted is not None and now > start:
-                chunk = await _bytes(ctx, terminalId, start)
-                if wanted.search(chunk):
-                    outcome = "matched"
-                    break
-            elif wanted is None and time.monotonic() - quiet_since >= stableTime / 1000:
+            if time.monotonic() - quiet_since >= stableTime / 1000:
                 outcome = "settled"
                 break
             await asyncio.sleep(POLL_SECONDS)
@@ -140,6 +131,19 @@ def server() -> MCPServer:
         return result({"terminalId": terminalId, "message": "Terminal terminated successfully", **ended})
 
     return mcp
+
+
+async def _wait_for_pattern(ctx: Context, terminal_id: str, pattern: str, timeout: int) -> CallToolResult:
+    """The core's wait (sessions.session_wait_output), on a thread of its own: its bounded matcher cuts off a pattern
+    that backtracks for ever (Python's re, on the event loop, held every user's requests for seconds)."""
+    def wait(actor):
+        start = sessions.session_stats(actor=actor, terminal_id=terminal_id)["totalBytes"]
+        return sessions.session_wait_output(actor=actor, terminal_id=terminal_id, pattern=pattern, timeout_ms=timeout,
+                                            from_byte=start, until_input=False)
+
+    data = await call(ctx, PROFILE, "wait_for_output", wait, terminal_id=terminal_id, long=True)
+    return result({"terminalId": terminal_id, "outcome": data["outcome"], "timedOut": data["outcome"] == "timeout",
+                   "output": data["output"], "fromByte": data["fromByte"], "nextByte": data["nextByte"]})
 
 
 async def _bytes(ctx: Context, terminal_id: str, start: int) -> str:

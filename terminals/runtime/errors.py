@@ -52,3 +52,9 @@ class LineTooLong(TerminalError):
     """A line longer than the terminal's line discipline holds would reach the program cut short."""
 
     code = "INVALID_INPUT"
+
+
+class WindowSizeInvalid(TerminalError):
+    """A window size the PTY cannot take (the kernel keeps each side in 16 bits) or the service does not allow."""
+
+    code = "INVALID_INPUT"

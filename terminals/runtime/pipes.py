@@ -183,6 +183,9 @@ class PipeSession(ChildProcess):
     def screen(self) -> dict:
         raise NoTerminal("a terminal without a PTY has no screen")
 
+    async def render_screen(self) -> dict:
+        return self.screen()
+
     # Stopping
 
     def close(self) -> None:

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 
 from . import echo, processes, signals
 from .child import EXIT_DRAIN_SECONDS, MARKER_VARIABLE, MEMBER_POLL_SECONDS, ChildProcess, ExitStatus, SpawnSpec
-from .errors import LineTooLong, SessionInactive, SpawnFailed
+from .errors import LineTooLong, SessionInactive, SpawnFailed, WindowSizeInvalid
+from .serial_steps import SerialSteps
 
 if TYPE_CHECKING:
     from .screen import ScreenMirror
@@ -61,6 +62,7 @@ SCREEN_REPLAY_BYTES = 64 * 1024
 # newline included; what goes past that is dropped without a word (n_tty.c).
 MAX_CANONICAL_LINE = 4095
 LINE_ENDS = re.compile(rb"[\n\r\x04]")
+LARGEST_WINDOW_SIDE = 0xFFFF  # struct winsize holds each side in an unsigned short
 QUERIES = re.compile(rb"\x1b\[(?:[56]n|0?c)")  # cursor position, device status, device attributes
 
 
@@ -75,8 +77,11 @@ class PtySession(ChildProcess):
         self._fd = -1
         self._eof = False
         self.cols, self.rows = spec.cols, spec.rows
+        # The mirror is only touched by steps on the screen threads (serial_steps.py); the event loop, which owns the
+        # buffer, hands each step the output the mirror has not seen yet. None: no mirror made yet.
         self._screen: ScreenMirror | None = None
-        self._screen_fed = 0  # absolute byte up to which the screen mirror has seen the output
+        self._screen_fed: int | None = None  # absolute byte up to which output was handed to the mirror
+        self._screen_steps = SerialSteps()
         self._query_tail = b""
         self.emulator_attached = False  # a live client's terminal emulator answers queries itself
         self.unread: Callable[[], bool] = lambda: False  # whether nobody reads it now (the worker knows)
@@ -92,6 +97,7 @@ class PtySession(ChildProcess):
     def spawn(self, *, handover: int | None = None) -> None:
         """handover: the read end of a pipe the process finds as fd HANDOVER_FD, open
         in no other process of its account (the way a shell gets its secret)."""
+        check_window_size(self.spec.cols, self.spec.rows)
         master, slave = os.openpty()
         try:
             _set_window_size(master, self.spec.cols, self.spec.rows)
@@ -263,28 +269,48 @@ class PtySession(ChildProcess):
         # previous read's last bytes are searched too: a query can be cut in two.
         seam, self._query_tail = self._query_tail + data[:3], data[-3:]
         if (QUERIES.search(data) or QUERIES.search(seam)) and self.is_alive and not self.emulator_attached:
-            replies = self._screen_mirror(answer=True)[1]
-            if replies:
-                self.write(replies)
+            answered = self._on_screen(lambda mirror, output: mirror.feed_and_answer(output))
+            loop = self._loop
+            answered.add_done_callback(lambda done: _on_loop(loop, self._send_replies, done))
+
+    def _send_replies(self, answered) -> None:
+        replies = answered.result() if answered.exception() is None else b""
+        if replies and self.is_alive and self._fd >= 0:
+            self.write(replies)
 
     def screen(self) -> dict:
-        """The visible screen as a terminal emulator renders the output so far."""
-        return self._screen_mirror()[0].snapshot()
+        """The visible screen as a terminal emulator renders the output so far (waits for the screen thread)."""
+        return self._on_screen(_snapshot).result()
 
-    def _screen_mirror(self, answer: bool = False) -> tuple[ScreenMirror, bytes]:
+    async def render_screen(self) -> dict:
+        """screen(), with the event loop free meanwhile: a 1000 x 500 screen takes about 150 ms to render."""
+        return await asyncio.wrap_future(self._on_screen(_snapshot))
+
+    def _on_screen(self, then):
+        """Runs then(mirror, output it has not seen) on the screen threads, after every step asked before it.
+
+        Called on the event loop, which alone reads the buffer and advances _screen_fed; the mirror itself is made,
+        fed and read only by the steps."""
         buffer = self.buffer
-        if self._screen is None or self._screen_fed < buffer.oldest_byte or buffer.end - self._screen_fed > SCREEN_REPLAY_BYTES:
-            # pyte (with wcwidth's tables) is imported with the first screen mirror, not with the service: 1.6 MB
-            # of every server's memory at start (bench figure 6), for a mirror most terminals never need.
-            from .screen import ScreenMirror
-
+        fed = self._screen_fed
+        rebuild = fed is None or fed < buffer.oldest_byte or buffer.end - fed > SCREEN_REPLAY_BYTES
+        if rebuild:
             # Full-screen programs redraw often, so the newest output rebuilds the screen well enough.
-            self._screen = ScreenMirror(self.cols, self.rows)
-            self._screen_fed = max(buffer.oldest_byte, buffer.end - SCREEN_REPLAY_BYTES)
-        data, _, _ = buffer.read_bytes(self._screen_fed, buffer.end - self._screen_fed, complete=True)
+            fed = max(buffer.oldest_byte, buffer.end - SCREEN_REPLAY_BYTES)
+        data, _, _ = buffer.read_bytes(fed, buffer.end - fed, complete=True)
         self._screen_fed = buffer.end
-        replies = self._screen.feed_and_answer(data) if answer else (self._screen.feed(data) or b"")
-        return self._screen, replies
+        size = (self.cols, self.rows)
+
+        def step():
+            if rebuild:
+                # pyte (with wcwidth's tables) is imported with the first screen mirror, not with the service:
+                # 1.6 MB of every server's memory at start (bench figure 6), for a mirror most terminals never need.
+                from .screen import ScreenMirror
+
+                self._screen = ScreenMirror(*size)
+            return then(self._screen, data)
+
+        return self._screen_steps.submit(step)
 
     def _on_eof(self) -> None:
         self._eof = True
@@ -361,11 +387,11 @@ class PtySession(ChildProcess):
     def resize(self, cols: int, rows: int) -> None:
         if not self.is_alive:
             raise SessionInactive("the terminal's process has ended")
+        check_window_size(cols, rows)
         _set_window_size(self._fd, cols, rows)
         self.cols, self.rows = cols, rows
-        if self._screen is not None:
-            self._screen_mirror()
-            self._screen.resize(cols, rows)
+        if self._screen_fed is not None:
+            self._on_screen(lambda mirror, output: (mirror.feed(output), mirror.resize(cols, rows)))
 
     # Stopping
 
@@ -408,8 +434,31 @@ def _spawn_argv(spec: SpawnSpec, handover: bool, terminal: str) -> tuple[list[st
     return [SETSID, "--ctty", *launch, *spec.argv], False
 
 
+def _snapshot(mirror: ScreenMirror, output: bytes) -> dict:
+    mirror.feed(output)
+    return mirror.snapshot()
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop | None, callback, *args) -> None:
+    """callback(*args) on the event loop, from a screen thread; nothing once the loop is gone (the worker stopped)."""
+    if loop is None:
+        return
+    try:
+        loop.call_soon_threadsafe(callback, *args)
+    except RuntimeError:
+        pass  # the loop is closed
+
+
 def longest_line(data: bytes) -> int:
     return max(len(line) for line in LINE_ENDS.split(data))
+
+
+def check_window_size(cols: int, rows: int, largest: tuple[int, int] = (LARGEST_WINDOW_SIDE, LARGEST_WINDOW_SIDE)) -> None:
+    """Refuses a size the PTY cannot hold (struct.error, a 500, before) or past the caller's limits (cols, rows).
+    The service checks sizes before they reach a worker (sessions.checked_window_size); this is the last guard."""
+    for name, value, limit in (("cols", cols, largest[0]), ("rows", rows, largest[1])):
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+            raise WindowSizeInvalid(f"{name}: must be a whole number from 1 to {limit}", fields={name: [f"from 1 to {limit}"]})
 
 
 def _set_window_size(fd: int, cols: int, rows: int) -> None:

@@ -36,7 +36,7 @@ from ..runtime.commands import Command
 from ..runtime.errors import SessionNotFound, TerminalError
 from ..runtime.manager import Limits, SessionManager
 from ..runtime.processes import marked_processes, process_space, signal_number
-from ..runtime.pty import MARKER_VARIABLE, ExitStatus, PtySession, SpawnSpec
+from ..runtime.pty import MARKER_VARIABLE, ExitStatus, PtySession, SpawnSpec, check_window_size
 from ..runtime.shell import ShellSession, TerminalBusy
 from ..runtime.signals import kill_marked
 from . import protocol
@@ -70,6 +70,12 @@ class InvalidRequest(TerminalError):
     """The request does not fit this kind of terminal."""
 
     code = "INVALID_INPUT"
+
+
+def _allowed_size(message: dict) -> None:
+    """A worker renders every screen it is asked for on its event loop: it takes no size past the service's limits,
+    whoever sent the request (the web processes check first, sessions.checked_window_size)."""
+    check_window_size(message["cols"], message["rows"], (settings.TERMINALS["MAX_COLS"], settings.TERMINALS["MAX_ROWS"]))
 
 
 class CommandNotFound(TerminalError):
@@ -585,6 +591,7 @@ class TerminalWorker:
     def _start_terminal(self, message: dict):
         account = account_for(message)  # reads files, and may make the account
         env = {**message["env"], MARKER_VARIABLE: message["id"]}
+        _allowed_size(message)
         spec = SpawnSpec(argv=message["argv"], cwd=message["cwd"], env=env, cols=message["cols"], rows=message["rows"])
         if account is not None and not account.can_enter(spec.cwd):
             raise InvalidRequest(f"cwd: {spec.cwd!r} cannot be entered by account {account.name!r}",
@@ -667,9 +674,10 @@ class TerminalWorker:
         session = self.manager.get(message["id"])
         if not hasattr(session, "screen"):
             raise InvalidRequest("a terminal without a PTY has no screen")
-        return {"terminalId": message["id"], **session.screen()}
+        return {"terminalId": message["id"], **(await session.render_screen())}
 
     async def handle_resize(self, message: dict) -> dict:
+        _allowed_size(message)
         session = self.manager.get(message["id"])
         session.resize(message["cols"], message["rows"])
         if session.recording is not None:

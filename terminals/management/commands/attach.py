@@ -31,6 +31,7 @@ REFUSALS = {
     4404: "no terminal {terminal} is visible to this key (unknown, or another user's); "
           "list yours with GET /api/terminals",
     4409: "terminal {terminal} has ended and its output is no longer held; create a new terminal",
+    4429: "you hold as many live connections as the server allows per user; close one, then attach again",
     4503: "no worker answered for terminal {terminal}; the service may be restarting: try again shortly",
 }
 

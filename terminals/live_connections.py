@@ -1,0 +1,56 @@
+"""A cap on each user's live connections: the WebSockets and follow streams (SSE) one user holds open at once in a
+web process, at most TERMINALS_MAX_LIVE_CONNECTIONS_PER_USER. Each holds a task, buffers and a worker subscription
+for as long as it stays open: without a cap one user opened 1,500 and took what every other user's connections need.
+
+Counted per web process, in its memory: a process that dies takes its count with it, where a count shared in Redis
+would keep the dead process's connections for ever. With several web processes behind a balancer, a user may hold
+up to the cap on each. Both interfaces take a slot here before they attach and give it back when the connection ends.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+from django.conf import settings
+
+from .exceptions import LimitReached
+
+_held: Counter[int] = Counter()  # user pk -> open live connections in this process
+_lock = threading.Lock()  # slots are taken on the event loop (WebSockets) and on request threads (SSE)
+
+
+class Slot:
+    """One live connection of one user; release() gives it back (once, however often it is called)."""
+
+    def __init__(self, user_pk: int) -> None:
+        self._user_pk = user_pk
+        self._held = True
+
+    def release(self) -> None:
+        with _lock:
+            if not self._held:
+                return
+            self._held = False
+            _held[self._user_pk] -= 1
+            if _held[self._user_pk] <= 0:
+                del _held[self._user_pk]
+
+
+def take(user) -> Slot:
+    """A slot for one more live connection of user; LimitReached (429) when the user holds the cap already."""
+    limit = settings.TERMINALS["MAX_LIVE_CONNECTIONS_PER_USER"]
+    with _lock:
+        if _held[user.pk] >= limit:
+            raise LimitReached(
+                f"you already have {limit} live connections (WebSockets and follow streams) open on this server, "
+                "its limit per user (TERMINALS_MAX_LIVE_CONNECTIONS_PER_USER); close one you no longer watch, or read "
+                "with GET .../output?fromByte= instead, then connect again", {"limit": limit})
+        _held[user.pk] += 1
+    return Slot(user.pk)
+
+
+def held(user) -> int:
+    """How many live connections user holds open in this process now."""
+    with _lock:
+        return _held.get(user.pk, 0)
