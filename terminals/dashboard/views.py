@@ -88,15 +88,15 @@ def terminal_list(request):
 @require_POST
 def terminal_create(request):
     form = request.POST
-    limits = settings.TERMINALS
     try:
         # The form is read whole before anything counts or starts: a refused form has no effect.
         kind = form.get("kind", "shell")
         words = shlex.split(form.get("command", "")) if kind == "program" else []
         if kind == "program" and not words:
             raise InvalidInput("give the program to run, for example: python3 -q")
-        cols = _number("columns", form.get("cols"), 120, 1, limits["MAX_COLS"])
-        rows = _number("rows", form.get("rows"), 32, 1, limits["MAX_ROWS"])
+        # The core's one size check, before the creation counts against the throttle: a refused form has no effect.
+        cols, rows = sessions.checked_window_size(_whole("cols", form.get("cols"), 120),
+                                                  _whole("rows", form.get("rows"), 32))
         count_creation(actor(request))
         created = sessions.session_create(
             actor=actor(request), shell=(form.get("shell") or None) if kind == "shell" else None,
@@ -420,14 +420,11 @@ def worker_list(request):
                                                       "confinement": sessions.confinement_report()})
 
 
-def _number(name: str, value, default: int, low: int, high: int) -> int:
+def _whole(name: str, value, default: int) -> int:
     try:
-        number = int(value) if value not in (None, "") else default
+        return int(value) if value not in (None, "") else default
     except ValueError:
         raise ValueError(f"{name}: {value!r} is not a whole number") from None
-    if not low <= number <= high:
-        raise ValueError(f"{name}: {number} is outside {low} to {high}")
-    return number
 
 
 def _message(error: Exception) -> str:
