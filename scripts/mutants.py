@@ -26,7 +26,7 @@ MUTANTS = [
         "owner-check-signal", "another user's terminal answers like an unknown one (signal)",
         "terminals/sessions.py",
         '''    """Sends a signal to the terminal's foreground process group, as Ctrl-C does."""
-    record = session_get_for(user=actor.user, terminal_id=terminal_id)''',
+    record = session_get_for_typing(user=actor.user, terminal_id=terminal_id)''',
         '''    """Sends a signal to the terminal's foreground process group, as Ctrl-C does."""
     record = TerminalSession.objects.select_related("worker").get(pk=terminal_id)''',
         (MATRIX,),
@@ -35,7 +35,7 @@ MUTANTS = [
         "owner-check-resize", "another user's terminal answers like an unknown one (resize)",
         "terminals/sessions.py",
         '''def session_resize(*, actor: Actor, terminal_id, cols: int, rows: int) -> dict:
-    record = session_get_for(user=actor.user, terminal_id=terminal_id)''',
+    record = session_get_for_typing(user=actor.user, terminal_id=terminal_id)''',
         '''def session_resize(*, actor: Actor, terminal_id, cols: int, rows: int) -> dict:
     record = TerminalSession.objects.select_related("worker").get(pk=terminal_id)''',
         (MATRIX,),
@@ -125,5 +125,104 @@ MUTANTS = [
         '''        make_undumpable()''',
         '''        pass''',
         ("tests/test_promises_dumpable.py",),
+    ),
+    # Issue 29: one user cannot hang the service, nor a page on the same host type into a terminal, nor lost access
+    # stay open, nor bad input crash.
+    Mutant(
+        "size-check-resize", "every resize's size goes through the core's one check, whatever the interface",
+        "terminals/sessions.py",
+        '''    record = session_get_for_typing(user=actor.user, terminal_id=terminal_id)
+    cols, rows = checked_window_size(cols, rows)
+''',
+        '''    record = session_get_for_typing(user=actor.user, terminal_id=terminal_id)
+''',
+        ("tests/test_service_bounds.py::test_mcp_resize_past_the_limits_is_refused_and_the_size_stays",),
+    ),
+    Mutant(
+        "screen-on-event-loop", "a screen is rendered off the worker's event loop, so it stalls no other user",
+        "terminals/worker/consumer.py",
+        '''**(await session.render_screen())}''',
+        '''**session.screen()}''',
+        ("tests/test_service_bounds.py::test_reading_the_largest_screen_over_and_over_stalls_no_other_user",),
+    ),
+    Mutant(
+        "live-connection-cap", "a user's live connections past the cap are refused (4429, 429)",
+        "terminals/live_connections.py",
+        '''        if _held[user.pk] >= limit:''',
+        '''        if False:''',
+        ("tests/test_service_bounds.py::test_live_connections_are_capped_per_user",),
+    ),
+    Mutant(
+        "origin-host-only", "a cookie WebSocket is accepted only from the service's own origin (scheme, host and port)",
+        "terminals/origins.py",
+        '''    return origin == own_origin(scheme=scheme, host=host)''',
+        '''    return bool(urlsplit(origin).hostname) and validate_host(urlsplit(origin).hostname, settings.ALLOWED_HOSTS)''',
+        ("tests/test_live_origins.py::test_cookie_websocket_refuses_every_origin_but_the_services_own",),
+    ),
+    Mutant(
+        "staff-type-into-others", "only a terminal's owner types into, resizes or signals it; staff watch",
+        "terminals/sessions.py",
+        '''    if record.owner_id != user.pk:''',
+        '''    if False:''',
+        ("tests/test_staff_read_only.py", "tests/test_authorization_matrix.py::test_owner_and_staff_reach_every_route"),
+    ),
+    Mutant(
+        "staff-interactive-attach", "staff attach to another user's terminal only with mode=view",
+        "terminals/live/consumer.py",
+        '''    find = sessions.session_get_for_viewing if read_only else sessions.session_get_for_typing''',
+        '''    find = sessions.session_get_for_viewing if read_only else sessions.session_get_for''',
+        ("tests/test_staff_read_only.py::test_staff_attach_to_another_users_terminal_only_to_watch",),
+    ),
+    Mutant(
+        "live-access-credential-only", "an open connection ends when its share or staff flag is taken away",
+        "terminals/access.py",
+        '''        if not (staff or owners.get(hold.terminal) == user or (hold.view and (hold.terminal, user) in granted)):''',
+        '''        if False:''',
+        ("tests/test_live_access.py::test_taking_access_away_ends_every_live_connection",),
+    ),
+    Mutant(
+        "wait-output-ignores-access", "a wait ends when its caller's access is taken away",
+        "terminals/sessions.py",
+        '''            access.require(hold)
+            checked = time.monotonic()''',
+        '''            checked = time.monotonic()''',
+        ("tests/test_live_access.py::test_taking_access_away_ends_every_live_connection",),
+    ),
+    Mutant(
+        "ws-frame-type-unhashable", "a frame whose type is not a string gets INVALID_INPUT, never a 1011",
+        "terminals/live/consumer.py",
+        '''        handler = handlers.get(kind) if isinstance(kind, str) else None  # a list or an object cannot be a key''',
+        '''        handler = handlers.get(kind)''',
+        ("tests/test_bad_input.py::test_a_frame_type_that_is_not_a_string_gets_an_error_frame_and_leaves_no_ghost_viewer",),
+    ),
+    Mutant(
+        "accept-strict-negotiation", "the API answers JSON whatever Accept asks, never a 500",
+        "config/settings.py",
+        '''    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "terminals.api.negotiation.JsonWhateverAccept",
+''',
+        '''''',
+        ("tests/test_bad_input.py::test_the_api_answers_json_whatever_the_accept_header_asks",),
+    ),
+    Mutant(
+        "dashboard-next-offsite", "a form's next page is followed only within the site",
+        "terminals/dashboard/views.py",
+        '''    back = _same_site(request, request.POST.get("next"))''',
+        '''    back = request.POST.get("next") or "dashboard:terminals"''',
+        ("tests/test_bad_input.py::test_ending_a_terminal_redirects_only_within_the_site",),
+    ),
+    # Issue 30: a wait matches what a program printed, and a paste keeps its echo.
+    Mutant(
+        "wait-matches-echo", "a wait matches what programs printed, never the echo of the typed input",
+        "terminals/sessions.py",
+        '''                           without_echo=True)''',
+        '''                           without_echo=False)''',
+        ("tests/test_output_wait.py::test_a_wait_matches_what_the_command_printed_not_the_echo_of_the_line_typed",),
+    ),
+    Mutant(
+        "paste-echo-bounded", "the echo of a paste into a terminal nobody reads is read in full",
+        "terminals/runtime/pty.py",
+        '''        unread = self._echo_owed <= 0 and self.unread()''',
+        '''        unread = self.unread()''',
+        ("tests/test_runtime_pty.py::test_a_paste_is_written_no_faster_than_its_echo_is_read_and_never_waits_on_echo_that_does_not_come",),
     ),
 ]
