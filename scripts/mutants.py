@@ -214,8 +214,8 @@ MUTANTS = [
     Mutant(
         "wait-matches-echo", "a wait matches what programs printed, never the echo of the typed input",
         "terminals/sessions.py",
-        '''                           without_echo=True)''',
-        '''                           without_echo=False)''',
+        '''stream=None, without_echo=True)''',
+        '''stream=None, without_echo=False)''',
         ("tests/test_output_wait.py::test_a_wait_matches_what_the_command_printed_not_the_echo_of_the_line_typed",),
     ),
     Mutant(

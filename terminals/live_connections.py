@@ -1,16 +1,20 @@
-"""A cap on each user's live connections: the WebSockets and follow streams (SSE) one user holds open at once in a
-web process, at most TERMINALS_MAX_LIVE_CONNECTIONS_PER_USER. Each holds a task, buffers and a worker subscription
-for as long as it stays open: without a cap one user opened 1,500 and took what every other user's connections need.
+"""A cap on each user's live connections: the WebSockets, follow streams (SSE) and waits (a REST, MCP or ACP call
+that waits for output, a command or an exit) one user holds open at once in a web process, at most
+TERMINALS_MAX_LIVE_CONNECTIONS_PER_USER. Each holds a task or a thread, buffers and a worker subscription for as long
+as it stays open: without a cap one user opened 1,500 and took what every other user's connections need.
 
 Counted per web process, in its memory: a process that dies takes its count with it, where a count shared in Redis
 would keep the dead process's connections for ever. With several web processes behind a balancer, a user may hold
-up to the cap on each. Both interfaces take a slot here before they attach and give it back when the connection ends.
+up to the cap on each. The WebSocket and the follow take a slot here before they attach and give it back when the
+connection ends; the core's waits hold one while they wait (holding()).
 """
 
 from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from django.conf import settings
 
@@ -43,11 +47,21 @@ def take(user) -> Slot:
     with _lock:
         if _held[user.pk] >= limit:
             raise LimitReached(
-                f"you already have {limit} live connections (WebSockets and follow streams) open on this server, "
-                "its limit per user (TERMINALS_MAX_LIVE_CONNECTIONS_PER_USER); close one you no longer watch, or read "
-                "with GET .../output?fromByte= instead, then connect again", {"limit": limit})
+                f"you already have {limit} live connections (WebSockets, follow streams and waits) open on this "
+                "server, its limit per user (TERMINALS_MAX_LIVE_CONNECTIONS_PER_USER); close one you no longer watch, "
+                "or read with GET .../output?fromByte= instead, then connect again", {"limit": limit})
         _held[user.pk] += 1
     return Slot(user.pk)
+
+
+@contextmanager
+def holding(user) -> Iterator[Slot]:
+    """A slot for the duration of a with block (a wait)."""
+    slot = take(user)
+    try:
+        yield slot
+    finally:
+        slot.release()
 
 
 def held(user) -> int:

@@ -16,7 +16,7 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
 
-from . import access, database_threads, lifecycle
+from . import access, database_threads, lifecycle, live_connections
 from .audit import Actor, audit
 from .environment import (
     AccountMissing,
@@ -567,39 +567,47 @@ def session_wait_output(*, actor: Actor, terminal_id, pattern: str = "", timeout
     limit = settings.TERMINALS["MAX_READ_BYTES"]
     text, position, first, truncated = "", start, None, False
     hold, checked = access.hold_of(actor, record.id), time.monotonic()
-    while True:
-        if time.monotonic() - checked >= access.CHECK_SECONDS:  # access taken away meanwhile ends the wait
-            access.require(hold)
-            checked = time.monotonic()
-        # Only what is new each round; what was read stays, up to the last MAX_READ_BYTES characters.
-        # What programs printed: the echo of typed input is no answer to it (runtime/echo.py).
-        read = _ask_worker(record, protocol.BYTES, from_byte=position, max_bytes=limit, strip_ansi=True, stream=None,
-                           without_echo=True)
-        first = read["fromByte"] if first is None else first
-        truncated = truncated or read["truncated"] or len(text) + len(read["chunk"]) > limit
-        text = (text + read["chunk"])[-limit:]
-        position = read["nextByte"]
-        outcome = matched = None
-        if compiled is not None:
-            try:
-                # concurrent: the search lets go of the GIL, so the event loop that serves everyone runs meanwhile.
-                found = compiled.search(text, timeout=PATTERN_SECONDS, concurrent=True)
-            except TimeoutError:
-                raise invalid("pattern", f"took longer than {PATTERN_SECONDS} s to search the output; simplify it") from None
-            if found:
-                outcome, matched = "matched", found.group(0)
-        if outcome is None and read["exitStatus"] is not None and read["eof"]:
-            outcome = "exited"
-        if outcome is None and until_input and record.pty:
-            info = _ask_worker(record, protocol.INFO)
-            if info["busy"] and info["waitingForInput"]:
-                outcome = "waiting_for_input"
-        if outcome is None and time.monotonic() >= deadline:
-            outcome = "timeout"
-        if outcome is not None:
-            return {"terminalId": str(record.id), "outcome": outcome, "match": matched, "output": text,
-                    "fromByte": first, "nextByte": position, "truncated": truncated, "exitStatus": read["exitStatus"]}
-        time.sleep(WAIT_POLL_SECONDS)
+    with live_connections.holding(actor.user):  # a wait is a live connection of its user, under the same cap
+        while True:
+            if time.monotonic() - checked >= access.CHECK_SECONDS:  # access taken away meanwhile ends the wait
+                access.require(hold)
+                checked = time.monotonic()
+            # Only what is new each round; what was read stays, up to the last MAX_READ_BYTES characters.
+            # What programs printed: the echo of typed input is no answer to it (runtime/echo.py).
+            read = _ask_worker(record, protocol.BYTES, from_byte=position, max_bytes=limit, strip_ansi=True,
+                               stream=None, without_echo=True)
+            first = read["fromByte"] if first is None else first
+            truncated = truncated or read["truncated"] or len(text) + len(read["chunk"]) > limit
+            text = (text + read["chunk"])[-limit:]
+            position = read["nextByte"]
+            outcome, matched = _wait_outcome(record, compiled, text, read, until_input, deadline)
+            if outcome is not None:
+                return {"terminalId": str(record.id), "outcome": outcome, "match": matched, "output": text,
+                        "fromByte": first, "nextByte": position, "truncated": truncated,
+                        "exitStatus": read["exitStatus"]}
+            time.sleep(WAIT_POLL_SECONDS)
+
+
+def _wait_outcome(record: TerminalSession, compiled, text: str, read: dict, until_input: bool,
+                  deadline: float) -> tuple[str | None, str | None]:
+    """(how a wait ends after this round, what its pattern matched), or (None, None) to wait on."""
+    if compiled is not None:
+        try:
+            # concurrent: the search lets go of the GIL, so the event loop that serves everyone runs meanwhile.
+            found = compiled.search(text, timeout=PATTERN_SECONDS, concurrent=True)
+        except TimeoutError:
+            raise invalid("pattern", f"took longer than {PATTERN_SECONDS} s to search the output; simplify it") from None
+        if found:
+            return "matched", found.group(0)
+    if read["exitStatus"] is not None and read["eof"]:
+        return "exited", None
+    if until_input and record.pty:
+        info = _ask_worker(record, protocol.INFO)
+        if info["busy"] and info["waitingForInput"]:
+            return "waiting_for_input", None
+    if time.monotonic() >= deadline:
+        return "timeout", None
+    return None, None
 
 
 def session_screen(*, actor: Actor, terminal_id) -> dict:
@@ -643,7 +651,8 @@ def worker_client_wait(record: TerminalSession, message_type: str, seconds: floa
         if actor is None or seconds <= access.CHECK_SECONDS:
             return worker_client.request_sync(channel, message_type, reply_within, **fields)
         hold = access.hold_of(actor, record.id)
-        reply, reason = async_to_sync(_request_while_held)(hold, channel, message_type, reply_within, fields)
+        with live_connections.holding(actor.user):  # a wait is a live connection of its user, under the same cap
+            reply, reason = async_to_sync(_request_while_held)(hold, channel, message_type, reply_within, fields)
     except TerminalNotFound:
         raise TerminalInactive(f"Terminal {record.id} is no longer held by its worker") from None
     if reason is not None:

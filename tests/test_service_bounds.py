@@ -205,7 +205,8 @@ def capped_server(django_db_setup):
 
 def test_live_connections_are_capped_per_user(capped_server, orm):
     """With a cap of 3: three WebSockets open, the fourth closes with 4429 after an audited refusal, a follow stream
-    answers 429 LIMIT_REACHED; another user is unaffected; closing one frees its place."""
+    and the waits (for output, for the exit) answer 429 LIMIT_REACHED; another user is unaffected; closing one frees
+    its place."""
     _, key = make_key(name="capped")
     _, other_key = make_key(name="uncapped")
     api, other = Api(capped_server.url, key), Api(capped_server.url, other_key)
@@ -218,16 +219,25 @@ def test_live_connections_are_capped_per_user(capped_server, orm):
             code = await refusal(capped_server.url, terminal, {"X-API-Key": key})
             follow = await asyncio.to_thread(api.get, f"/api/terminals/{terminal}/output", params={"follow": "true"},
                                              timeout=10)
+            # A wait holds a thread and a worker request for as long: it is a live connection too.
+            waits = [await asyncio.to_thread(api.post, path, json=body, timeout=30) for path, body in (
+                (f"/api/terminals/{terminal}/output/wait", {"pattern": "never", "timeoutMs": 10_000}),
+                (f"/api/terminals/{terminal}/wait", {"timeoutMs": 10_000}))]
             bobs = await Live.open(capped_server.url, others, other_key)
+            bobs_wait = await asyncio.to_thread(other.post, f"/api/terminals/{others}/output/wait",
+                                                json={"pattern": "never", "timeoutMs": 0}, timeout=30)
             await held[0].close()
             again = await _open_when_freed(capped_server.url, terminal, key)
             for live in [*held[1:], bobs, again]:
                 await live.close()
-            return code, follow
+            return code, follow, waits, bobs_wait
 
-        code, follow = run_live(scenario())
+        code, follow, waits, bobs_wait = run_live(scenario())
         assert code == 4429
         assert follow.status_code == 429
+        for wait in waits:
+            assert (wait.status_code, wait.json()["error"]["code"]) == (429, "LIMIT_REACHED"), wait.text
+        assert bobs_wait.status_code == 200, bobs_wait.text
         error = follow.json()["error"]
         assert error["code"] == "LIMIT_REACHED" and "TERMINALS_MAX_LIVE_CONNECTIONS_PER_USER" in error["message"]
         refusals = AuditEvent.objects.filter(terminal_id=uuid.UUID(terminal), action="attach", outcome="LIMIT_REACHED")
