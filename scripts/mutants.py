@@ -183,9 +183,9 @@ MUTANTS = [
     Mutant(
         "wait-output-ignores-access", "a wait ends when its caller's access is taken away",
         "terminals/sessions.py",
-        '''            access.require(hold)
-            checked = time.monotonic()''',
-        '''            checked = time.monotonic()''',
+        '''                access.require(hold)
+                checked = time.monotonic()''',
+        '''                checked = time.monotonic()''',
         ("tests/test_live_access.py::test_taking_access_away_ends_every_live_connection",),
     ),
     Mutant(
@@ -220,9 +220,9 @@ MUTANTS = [
     ),
     Mutant(
         "paste-echo-bounded", "the echo of a paste into a terminal nobody reads is read in full",
-        "terminals/runtime/pty.py",
-        '''        unread = self._echo_owed <= 0 and self.unread()''',
-        '''        unread = self.unread()''',
+        "terminals/runtime/child.py",
+        '''            self._input_written(written)''',
+        '''            pass''',
         ("tests/test_runtime_pty.py::test_a_paste_is_written_no_faster_than_its_echo_is_read_and_never_waits_on_echo_that_does_not_come",),
     ),
 ]

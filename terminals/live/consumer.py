@@ -301,10 +301,9 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             raise TerminalInactive(f"Terminal {self.terminal_id} is no longer held by its worker") from None
 
     async def _resize(self, frame: dict) -> None:
-        cols, rows = frame.get("cols"), frame.get("rows")
-        if not (isinstance(cols, int) and isinstance(rows, int)) or cols < 1 or rows < 1 \
-                or cols > settings.TERMINALS["MAX_COLS"] or rows > settings.TERMINALS["MAX_ROWS"]:
-            return await self._error("INVALID_INPUT", "resize: cols and rows must be whole numbers within bounds")
+        # The core's one size check, here before the keys are flushed and the terminal looked up (it raises
+        # InvalidInput, an error frame naming the field and its bound).
+        cols, rows = sessions.checked_window_size(frame.get("cols"), frame.get("rows"))
         await self.keys.flush()  # the keys typed before it are on record before it acts
         await database_sync_to_async(sessions.session_resize)(actor=self.actor, terminal_id=self.terminal_id,
                                                               cols=cols, rows=rows)
