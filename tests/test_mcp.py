@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import json
 
+import pytest
 import requests
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -17,6 +18,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from terminals.models import AuditEvent
 
 from .helpers import eventually
+from .servers import start_embedded
 
 SEED_001 = {  # tool: (properties and their JSON types, required), as the PRD defines them
     "create_tab": ({"name": "string", "cwd": "string", "env": "object", "login": "boolean"}, []),
@@ -429,3 +431,66 @@ def test_the_rest_of_the_rest_api_through_our_profile(server, keys):
     assert [(item["command"], item["exit_code"]) for item in history["commands"]] == [("echo one", 0), ("false", 1)]
     assert killed["ok"] and "echo one" in after["output"] and after["running"] is False
     cleanup(server, keys["alice"], [program, shell])
+
+
+SHORT_MCP_WAIT_MS = 2000
+
+
+@pytest.fixture(scope="module")
+def short_mcp_wait(django_db_setup):
+    """An embedded server of its own whose MCP calls wait at most SHORT_MCP_WAIT_MS."""
+    server = start_embedded(TERMINALS_MCP_MAX_WAIT_MS=str(SHORT_MCP_WAIT_MS))
+    yield server
+    server.stop()
+
+
+def test_no_mcp_call_waits_past_the_mcp_bound_and_the_command_can_be_waited_for_next(short_mcp_wait, keys):
+    """An agent asking for a ten-minute wait gets an answer within TERMINALS_MCP_MAX_WAIT_MS (plus a margin), in
+    the tool's timeout shape, with the handle to wait on: run_command says running with its command_id, and
+    wait_for_command (capped the same way) then gets the exit code. Every waiting tool of every profile is capped."""
+    ten_minutes, answered_within = 600_000, 10.0
+
+    async def timed(client, tool, arguments):
+        started = asyncio.get_running_loop().time()
+        answer = await client.call_tool(tool, arguments)
+        return answer, asyncio.get_running_loop().time() - started
+
+    async def scenario():
+        slow = []
+        async with connect(short_mcp_wait.url, keys["alice"]) as client:
+            ran, took = await timed(client, "run_command", {"command": "sleep 12; exit 3", "timeout_ms": ten_minutes})
+            slow.append(("run_command", took))
+            terminal, command = data(ran)["terminal_id"], data(ran)["command_id"]
+            for tool, arguments in (("wait_for_output", {"pattern": "never printed", "until_input": False}),
+                                    ("wait_for_exit", {})):
+                answer, took = await timed(client, tool, {"terminal_id": terminal, "timeout_ms": ten_minutes,
+                                                          **arguments})
+                slow.append((tool, took))
+                assert not answer.is_error, text(answer)
+            waits = []
+            while not waits or data(waits[-1])["status"] == "running":
+                answer, took = await timed(client, "wait_for_command", {"terminal_id": terminal, "command_id": command,
+                                                                        "timeout_ms": ten_minutes})
+                waits.append(answer)
+                slow.append(("wait_for_command", took))
+                assert len(waits) < 20, "the command never finished"
+            await client.call_tool("close_terminal", {"terminal_id": terminal})
+        async with connect(short_mcp_wait.url, keys["alice"], "/mcp/terminally") as client:
+            tab = data(await client.call_tool("create_tab", {}))["window_id"]
+            executed, took = await timed(client, "execute_command", {"window_id": tab, "command": "sleep 12",
+                                                                    "timeout_ms": ten_minutes})
+            slow.append(("execute_command", took))
+        async with connect(short_mcp_wait.url, keys["alice"], "/mcp/persistent-terminal") as client:
+            waited, took = await timed(client, "wait_for_output", {"terminalId": tab, "pattern": "never printed",
+                                                                   "timeout": ten_minutes})
+            slow.append(("persistent wait_for_output", took))
+        cleanup(short_mcp_wait, keys["alice"], [tab])
+        return ran, waits, executed, waited, slow
+
+    ran, waits, executed, waited, slow = run(scenario())
+    assert (data(ran)["status"], data(ran)["timed_out"], data(ran)["exit_code"]) == ("running", True, None)
+    assert data(ran)["command_id"] in text(ran) and "wait_for_command" in text(ran)
+    assert (data(waits[-1])["status"], data(waits[-1])["exit_code"]) == ("completed", 3)
+    assert data(executed)["timed_out"] is True and "exit_code" not in data(executed)
+    assert data(waited)["outcome"] == "timeout"
+    assert all(took < answered_within for _, took in slow), slow

@@ -19,7 +19,7 @@ from pydantic import Field
 from typing_extensions import NotRequired, TypedDict
 
 from .. import sessions
-from .calls import agent_env, call, checked_signal, result
+from .calls import agent_env, call, checked_signal, result, wait_ms
 
 PROFILE = "terminals"
 DEFAULT_MAX_CHARS = 20_000  # the default budget of one result's output, about 5,000 tokens
@@ -229,7 +229,7 @@ def server() -> MCPServer:
         max_chars: MaxChars = DEFAULT_MAX_CHARS,
         strip_ansi: Annotated[bool, Field(description="Remove escape sequences (default true)")] = True,
     ) -> Annotated[CallToolResult, CommandResult]:
-        timeout = min(timeout_ms, settings.TERMINALS["MAX_WAIT_MS"])
+        timeout = wait_ms(timeout_ms)
         new_terminal = not terminal_id
         if new_terminal:
             created = await call(ctx, PROFILE, "create_terminal", lambda actor: sessions.session_create(
@@ -254,7 +254,7 @@ def server() -> MCPServer:
         max_chars: MaxChars = DEFAULT_MAX_CHARS,
         strip_ansi: bool = True,
     ) -> Annotated[CallToolResult, CommandResult]:
-        timeout = min(timeout_ms, settings.TERMINALS["MAX_WAIT_MS"])
+        timeout = wait_ms(timeout_ms)
         ran = await call(ctx, PROFILE, "wait_for_command", lambda actor: sessions.session_command_wait(
             actor=actor, terminal_id=terminal_id, command_id=command_id, timeout_ms=timeout,
             read=_read_all(strip_ansi)), terminal_id=terminal_id, long=True)
@@ -315,7 +315,7 @@ def server() -> MCPServer:
         max_chars: MaxChars = DEFAULT_MAX_CHARS,
     ) -> Annotated[CallToolResult, Waited]:
         waited = await call(ctx, PROFILE, "wait_for_output", lambda actor: sessions.session_wait_output(
-            actor=actor, terminal_id=terminal_id, pattern=pattern, timeout_ms=timeout_ms,
+            actor=actor, terminal_id=terminal_id, pattern=pattern, timeout_ms=wait_ms(timeout_ms),
             from_byte=from_byte if from_byte >= 0 else None, until_input=until_input),
             terminal_id=terminal_id, long=True)
         output, cut = bounded(waited["output"], max_chars)
@@ -356,7 +356,7 @@ def server() -> MCPServer:
         ctx: Context, terminal_id: TerminalId,
         timeout_ms: Annotated[int, Field(ge=0, description="Longest wait (default 30000)")] = 30_000,
     ) -> Annotated[CallToolResult, Exited]:
-        timeout = min(timeout_ms, settings.TERMINALS["MAX_WAIT_MS"])
+        timeout = wait_ms(timeout_ms)
         data = await call(ctx, PROFILE, "wait_for_exit", lambda actor: sessions.session_wait_exit(
             actor=actor, terminal_id=terminal_id, timeout_ms=timeout), terminal_id=terminal_id, long=True)
         return result({"exited": not data["timedOut"], "exit_code": data["exitCode"], "signal": data["signal"]})
