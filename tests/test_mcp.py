@@ -313,7 +313,8 @@ def test_a_client_gone_mid_call_leaves_the_terminal_usable(server, keys):
 
 def test_the_stdio_bridge_serves_a_stdio_client_with_the_key_from_the_environment(embedded_server, keys):
     """manage.py mcp_stdio, started by the SDK's stdio client as Claude Desktop starts servers: the tools of the
-    endpoint, calls forwarded as the key's user, progress passed on; without the key it says so on stderr."""
+    endpoint, calls forwarded as the key's user, progress passed on; without the key, or with a key the service
+    refuses, it says so on stderr and what to check."""
     import subprocess
     import sys
 
@@ -353,7 +354,11 @@ def test_the_stdio_bridge_serves_a_stdio_client_with_the_key_from_the_environmen
     wrong = subprocess.run([sys.executable, "manage.py", "mcp_stdio", "--url", f"{embedded_server.url}/mcp"],
                            cwd=ROOT, env={**keyless, "TERMINALS_API_KEY": "tk_00000000.wrong"}, input="",
                            capture_output=True, text=True, timeout=60)
-    assert wrong.returncode != 0 and wrong.stdout == "" and "401" in wrong.stderr, wrong.stderr
+    assert wrong.returncode != 0 and wrong.stdout == "", wrong.stderr
+    # It says the key was refused (401), what the service said, and what to check; no per-request log lines.
+    assert "answered 401 Unauthorized: " in wrong.stderr and "Next: check that TERMINALS_API_KEY" in wrong.stderr
+    assert "revoked or expired" in wrong.stderr and "--url" in wrong.stderr
+    assert "Server returned an error response" not in wrong.stderr and "HTTP Request" not in wrong.stderr
 
 
 def test_a_pager_does_not_take_an_agents_terminal(server, keys, tmp_path):
