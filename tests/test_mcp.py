@@ -499,3 +499,38 @@ def test_no_mcp_call_waits_past_the_mcp_bound_and_the_command_can_be_waited_for_
     assert data(executed)["timed_out"] is True and "exit_code" not in data(executed)
     assert data(waited)["outcome"] == "timeout"
     assert all(took < answered_within for _, took in slow), slow
+
+
+def test_a_flood_costs_a_bounded_number_of_characters_with_its_head_tail_and_what_was_left_out(server, keys):
+    """seq 1 200000 through run_command: what the result hands an agent (its text and its structured content as
+    JSON, as a client that forwards both does) stays under RESULT_COST_BOUND (it was 43,000); the head and the tail
+    are there, one marker says how many lines were left out (the structured lines_omitted), and the exit code and
+    the command_id are there. read_output's text is the output and one line, not its JSON."""
+    result_cost_bound = 20_000
+
+    async def scenario():
+        async with connect(server.url, keys["alice"]) as client:
+            ran = await client.call_tool("run_command", {"command": "seq 1 200000"})
+            terminal = data(ran)["terminal_id"]
+            read = await client.call_tool("read_output", {"terminal_id": terminal})
+            await client.call_tool("close_terminal", {"terminal_id": terminal})
+            return ran, read
+
+    ran, read = run(scenario())
+    cost = len(text(ran)) + len(json.dumps(data(ran), ensure_ascii=False))
+    assert cost <= result_cost_bound, cost
+    ran_data = data(ran)
+    assert (ran_data["exit_code"], ran_data["status"]) == (0, "completed") and ran_data["command_id"].startswith("cmd_")
+    omitted, held = ran_data["lines_omitted"], 10_000  # a terminal holds its newest TERMINALS_MAX_OUTPUT_LINES
+    kept = [line for line in ran_data["output"].splitlines() if not line.startswith("[...")]
+    first = 200_000 - held + 1
+    assert kept[:3] == [str(first), str(first + 1), str(first + 2)] and kept[-1] == "200000"
+    assert len(kept) + omitted == held  # every line held is shown or counted
+    assert ran_data["truncated"] and ran_data["chars_omitted"] > 0
+    for shown in (text(ran), ran_data["output"]):
+        assert shown.startswith(f"[... earlier lines no longer held ...]\n{first}\n")
+        assert f"[... {omitted:,} lines left out ...]" in shown
+    assert text(ran).endswith(f"200000\n[exit code 0 in terminal {ran_data['terminal_id']}]")
+    read_data = data(read)
+    assert read_data["lines_omitted"] > 0 and text(read).endswith(f"[next_line {read_data['next_line']}; running]")
+    assert len(text(read)) + len(json.dumps(read_data, ensure_ascii=False)) <= result_cost_bound
