@@ -254,6 +254,9 @@ TERMINALS = {
     "KILL_GRACE_MS": env_int("TERMINALS_KILL_GRACE_MS", 3000),
     # The longest a request may wait: for a command (timeoutMs) or for a process to exit.
     "MAX_WAIT_MS": env_int("TERMINALS_MAX_WAIT_MS", 10 * 60 * 1000, minimum=1),
+    # The longest one MCP tool call may wait (terminals/mcp/calls.py, wait_ms): most MCP clients give up on a call
+    # long before MAX_WAIT_MS; past it a tool answers as for any timeout, with a handle to wait on.
+    "MCP_MAX_WAIT_MS": env_int("TERMINALS_MCP_MAX_WAIT_MS", 60 * 1000, minimum=1),
     "MAX_READ_BYTES": env_int("TERMINALS_MAX_READ_BYTES", 1 << 20, minimum=1),
     "WORKER_TIMEOUT_MS": env_int("TERMINALS_WORKER_TIMEOUT_MS", 5000, minimum=100),
     "HEARTBEAT_INTERVAL_MS": env_int("TERMINALS_HEARTBEAT_INTERVAL_MS", 5000, minimum=100),

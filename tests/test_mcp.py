@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import json
 
+import pytest
 import requests
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -17,6 +18,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from terminals.models import AuditEvent
 
 from .helpers import eventually
+from .servers import start_embedded
 
 SEED_001 = {  # tool: (properties and their JSON types, required), as the PRD defines them
     "create_tab": ({"name": "string", "cwd": "string", "env": "object", "login": "boolean"}, []),
@@ -311,7 +313,8 @@ def test_a_client_gone_mid_call_leaves_the_terminal_usable(server, keys):
 
 def test_the_stdio_bridge_serves_a_stdio_client_with_the_key_from_the_environment(embedded_server, keys):
     """manage.py mcp_stdio, started by the SDK's stdio client as Claude Desktop starts servers: the tools of the
-    endpoint, calls forwarded as the key's user, progress passed on; without the key it says so on stderr."""
+    endpoint, calls forwarded as the key's user, progress passed on; without the key, or with a key the service
+    refuses, it says so on stderr and what to check."""
     import subprocess
     import sys
 
@@ -351,7 +354,11 @@ def test_the_stdio_bridge_serves_a_stdio_client_with_the_key_from_the_environmen
     wrong = subprocess.run([sys.executable, "manage.py", "mcp_stdio", "--url", f"{embedded_server.url}/mcp"],
                            cwd=ROOT, env={**keyless, "TERMINALS_API_KEY": "tk_00000000.wrong"}, input="",
                            capture_output=True, text=True, timeout=60)
-    assert wrong.returncode != 0 and wrong.stdout == "" and "401" in wrong.stderr, wrong.stderr
+    assert wrong.returncode != 0 and wrong.stdout == "", wrong.stderr
+    # It says the key was refused (401), what the service said, and what to check; no per-request log lines.
+    assert "answered 401 Unauthorized: " in wrong.stderr and "Next: check that TERMINALS_API_KEY" in wrong.stderr
+    assert "revoked or expired" in wrong.stderr and "--url" in wrong.stderr
+    assert "Server returned an error response" not in wrong.stderr and "HTTP Request" not in wrong.stderr
 
 
 def test_a_pager_does_not_take_an_agents_terminal(server, keys, tmp_path):
@@ -429,3 +436,101 @@ def test_the_rest_of_the_rest_api_through_our_profile(server, keys):
     assert [(item["command"], item["exit_code"]) for item in history["commands"]] == [("echo one", 0), ("false", 1)]
     assert killed["ok"] and "echo one" in after["output"] and after["running"] is False
     cleanup(server, keys["alice"], [program, shell])
+
+
+SHORT_MCP_WAIT_MS = 2000
+
+
+@pytest.fixture(scope="module")
+def short_mcp_wait(django_db_setup):
+    """An embedded server of its own whose MCP calls wait at most SHORT_MCP_WAIT_MS."""
+    server = start_embedded(TERMINALS_MCP_MAX_WAIT_MS=str(SHORT_MCP_WAIT_MS))
+    yield server
+    server.stop()
+
+
+def test_no_mcp_call_waits_past_the_mcp_bound_and_the_command_can_be_waited_for_next(short_mcp_wait, keys):
+    """An agent asking for a ten-minute wait gets an answer within TERMINALS_MCP_MAX_WAIT_MS (plus a margin), in
+    the tool's timeout shape, with the handle to wait on: run_command says running with its command_id, and
+    wait_for_command (capped the same way) then gets the exit code. Every waiting tool of every profile is capped."""
+    ten_minutes, answered_within = 600_000, 10.0
+
+    async def timed(client, tool, arguments):
+        started = asyncio.get_running_loop().time()
+        answer = await client.call_tool(tool, arguments)
+        return answer, asyncio.get_running_loop().time() - started
+
+    async def scenario():
+        slow = []
+        async with connect(short_mcp_wait.url, keys["alice"]) as client:
+            ran, took = await timed(client, "run_command", {"command": "sleep 12; exit 3", "timeout_ms": ten_minutes})
+            slow.append(("run_command", took))
+            terminal, command = data(ran)["terminal_id"], data(ran)["command_id"]
+            for tool, arguments in (("wait_for_output", {"pattern": "never printed", "until_input": False}),
+                                    ("wait_for_exit", {})):
+                answer, took = await timed(client, tool, {"terminal_id": terminal, "timeout_ms": ten_minutes,
+                                                          **arguments})
+                slow.append((tool, took))
+                assert not answer.is_error, text(answer)
+            waits = []
+            while not waits or data(waits[-1])["status"] == "running":
+                answer, took = await timed(client, "wait_for_command", {"terminal_id": terminal, "command_id": command,
+                                                                        "timeout_ms": ten_minutes})
+                waits.append(answer)
+                slow.append(("wait_for_command", took))
+                assert len(waits) < 20, "the command never finished"
+            await client.call_tool("close_terminal", {"terminal_id": terminal})
+        async with connect(short_mcp_wait.url, keys["alice"], "/mcp/terminally") as client:
+            tab = data(await client.call_tool("create_tab", {}))["window_id"]
+            executed, took = await timed(client, "execute_command", {"window_id": tab, "command": "sleep 12",
+                                                                    "timeout_ms": ten_minutes})
+            slow.append(("execute_command", took))
+        async with connect(short_mcp_wait.url, keys["alice"], "/mcp/persistent-terminal") as client:
+            waited, took = await timed(client, "wait_for_output", {"terminalId": tab, "pattern": "never printed",
+                                                                   "timeout": ten_minutes})
+            slow.append(("persistent wait_for_output", took))
+        cleanup(short_mcp_wait, keys["alice"], [tab])
+        return ran, waits, executed, waited, slow
+
+    ran, waits, executed, waited, slow = run(scenario())
+    assert (data(ran)["status"], data(ran)["timed_out"], data(ran)["exit_code"]) == ("running", True, None)
+    assert data(ran)["command_id"] in text(ran) and "wait_for_command" in text(ran)
+    assert (data(waits[-1])["status"], data(waits[-1])["exit_code"]) == ("completed", 3)
+    assert data(executed)["timed_out"] is True and "exit_code" not in data(executed)
+    assert data(waited)["outcome"] == "timeout"
+    assert all(took < answered_within for _, took in slow), slow
+
+
+def test_a_flood_costs_a_bounded_number_of_characters_with_its_head_tail_and_what_was_left_out(server, keys):
+    """seq 1 200000 through run_command: what the result hands an agent (its text and its structured content as
+    JSON, as a client that forwards both does) stays under RESULT_COST_BOUND (it was 43,000); the head and the tail
+    are there, one marker says how many lines were left out (the structured lines_omitted), and the exit code and
+    the command_id are there. read_output's text is the output and one line, not its JSON."""
+    result_cost_bound = 20_000
+
+    async def scenario():
+        async with connect(server.url, keys["alice"]) as client:
+            ran = await client.call_tool("run_command", {"command": "seq 1 200000"})
+            terminal = data(ran)["terminal_id"]
+            read = await client.call_tool("read_output", {"terminal_id": terminal})
+            await client.call_tool("close_terminal", {"terminal_id": terminal})
+            return ran, read
+
+    ran, read = run(scenario())
+    cost = len(text(ran)) + len(json.dumps(data(ran), ensure_ascii=False))
+    assert cost <= result_cost_bound, cost
+    ran_data = data(ran)
+    assert (ran_data["exit_code"], ran_data["status"]) == (0, "completed") and ran_data["command_id"].startswith("cmd_")
+    omitted, held = ran_data["lines_omitted"], 10_000  # a terminal holds its newest TERMINALS_MAX_OUTPUT_LINES
+    kept = [line for line in ran_data["output"].splitlines() if not line.startswith("[...")]
+    first = 200_000 - held + 1
+    assert kept[:3] == [str(first), str(first + 1), str(first + 2)] and kept[-1] == "200000"
+    assert len(kept) + omitted == held  # every line held is shown or counted
+    assert ran_data["truncated"] and ran_data["chars_omitted"] > 0
+    for shown in (text(ran), ran_data["output"]):
+        assert shown.startswith(f"[... earlier lines no longer held ...]\n{first}\n")
+        assert f"[... {omitted:,} lines left out ...]" in shown
+    assert text(ran).endswith(f"200000\n[exit code 0 in terminal {ran_data['terminal_id']}]")
+    read_data = data(read)
+    assert read_data["lines_omitted"] > 0 and text(read).endswith(f"[next_line {read_data['next_line']}; running]")
+    assert len(text(read)) + len(json.dumps(read_data, ensure_ascii=False)) <= result_cost_bound

@@ -15,7 +15,7 @@ from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from .. import sessions
-from .calls import agent_env, call, checked_signal, result
+from .calls import agent_env, call, checked_signal, result, wait_ms
 
 PROFILE = "persistent-terminal"
 POLL_SECONDS = 0.1
@@ -87,7 +87,7 @@ def server() -> MCPServer:
     ) -> CallToolResult:
         if pattern:
             return await _wait_for_pattern(ctx, terminalId, pattern, timeout)
-        deadline = time.monotonic() + min(timeout, settings.TERMINALS["MAX_WAIT_MS"]) / 1000
+        deadline = time.monotonic() + wait_ms(timeout) / 1000
 
         async def stats(record: bool = False):
             return await call(ctx, PROFILE, "wait_for_output", lambda actor: sessions.session_stats(
@@ -138,7 +138,7 @@ async def _wait_for_pattern(ctx: Context, terminal_id: str, pattern: str, timeou
     that backtracks for ever (Python's re, on the event loop, held every user's requests for seconds)."""
     def wait(actor):
         start = sessions.session_stats(actor=actor, terminal_id=terminal_id)["totalBytes"]
-        return sessions.session_wait_output(actor=actor, terminal_id=terminal_id, pattern=pattern, timeout_ms=timeout,
+        return sessions.session_wait_output(actor=actor, terminal_id=terminal_id, pattern=pattern, timeout_ms=wait_ms(timeout),
                                             from_byte=start, until_input=False)
 
     data = await call(ctx, PROFILE, "wait_for_output", wait, terminal_id=terminal_id, long=True)

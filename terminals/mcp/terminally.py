@@ -20,7 +20,7 @@ from pydantic import Field
 from typing_extensions import NotRequired, TypedDict
 
 from .. import sessions
-from .calls import agent_env, call, result
+from .calls import agent_env, call, result, wait_ms
 
 PROFILE = "terminally"
 STOP_SECONDS = 5.0  # how long stop_process waits for the stopped program to give the prompt back
@@ -133,7 +133,7 @@ def server() -> MCPServer:
         timeout_ms: Annotated[float, Field(description="Max wait for END marker; default 10000")] = 10000,
         strip_ansi: Annotated[bool, Field(description="Strip ANSI sequences (default false)")] = False,
     ) -> Annotated[CallToolResult, ExecuteResult]:
-        timeout = min(max(_whole(timeout_ms, "timeout_ms", minimum=1), 1), settings.TERMINALS["MAX_WAIT_MS"])
+        timeout = wait_ms(_whole(timeout_ms, "timeout_ms", minimum=1))
         limit = settings.TERMINALS["MAX_OUTPUT_LINES"]
         read = {"mode": "full", "head_lines": 0, "tail_lines": 0, "max_lines": limit, "strip_ansi": strip_ansi}
         ran = await call(ctx, PROFILE, "execute_command", lambda actor: sessions.session_command_run(
@@ -171,7 +171,7 @@ def server() -> MCPServer:
             """Signals the foreground program, then waits (a little) until the shell is back at its prompt, so the
             tab takes the next command at once; False when the program is still running after STOP_SECONDS."""
             sessions.session_signal(actor=actor, terminal_id=window_id, signal=signal)
-            deadline = time.monotonic() + STOP_SECONDS
+            deadline = time.monotonic() + wait_ms(STOP_SECONDS * 1000) / 1000
             while time.monotonic() < deadline:
                 if not sessions.session_detail(user=actor.user, terminal_id=window_id).get("busy"):
                     return True

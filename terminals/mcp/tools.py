@@ -9,6 +9,7 @@ a tool error says what to do next.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 from django.conf import settings
@@ -19,10 +20,18 @@ from pydantic import Field
 from typing_extensions import NotRequired, TypedDict
 
 from .. import sessions
-from .calls import agent_env, call, checked_signal, result
+from .calls import agent_env, call, checked_signal, result, wait_ms
 
 PROFILE = "terminals"
-DEFAULT_MAX_CHARS = 20_000  # the default budget of one result's output, about 5,000 tokens
+# The default budget of one result's output: about 2,000 tokens, a quarter of it the head (the command's start,
+# often its first error) and the rest the tail (where builds and test runs sum up). An agent pays for every
+# character on every call, and the output goes out twice (text and structured content, see docs/mcp.md); 20,000
+# made `seq 1 200000` cost 43,000 characters. An agent that needs more asks for it with max_chars.
+DEFAULT_MAX_CHARS = 8_000
+# Where a command's output begins after lines the terminal no longer holds (it keeps the newest lines).
+EARLIER_GONE = "[... earlier lines no longer held ...]"
+# The core's head-tail read marks the lines it left out with this line (runtime/buffer.py).
+CORE_GAP = re.compile(r"^\.\.\. \[\d+ lines omitted\] \.\.\.\n?", re.MULTILINE)
 KEYS = {
     "enter": "\r", "tab": "\t", "escape": "\x1b", "backspace": "\x7f", "space": " ",
     "up": "\x1b[A", "down": "\x1b[B", "right": "\x1b[C", "left": "\x1b[D",
@@ -65,6 +74,8 @@ class CommandResult(TypedDict):
     timed_out: bool
     waiting_for_input: bool
     output: str
+    truncated: Annotated[bool, Field(description="Output was left out: its start was no longer held, or the "
+                                                 "middle was cut to max_chars")]
     chars_omitted: int
     lines_omitted: int
 
@@ -129,14 +140,38 @@ class Done(TypedDict):
     recorded: NotRequired[bool]
 
 
-def bounded(text: str, max_chars: int) -> tuple[str, int]:
-    """At most max_chars characters: the head and the tail, with the number left out said where it was cut."""
+def bounded(text: str, max_chars: int, lines_omitted: int = 0) -> tuple[str, int, int]:
+    """At most max_chars characters (and a marker line): the head and the tail, cut at line ends where there are
+    any, with one marker saying how many lines (or, within one long line, characters) were left out in all: those
+    cut here and the lines_omitted the core's read already left out at its gap marker, which this one replaces.
+    Returns the text, the characters cut here and the lines left out in all."""
+    gap = CORE_GAP.search(text) if lines_omitted else None
     if len(text) <= max_chars:
-        return text, 0
-    omitted = len(text) - max_chars
-    head = max_chars // 4
-    tail = max_chars - head
-    return f"{text[:head]}\n[... {omitted} characters left out ...]\n{text[-tail:]}", omitted
+        return text, 0, lines_omitted  # the core's marker, if any, stays and says it
+    head_end = _line_end_before(text, min(max_chars // 4, gap.start() if gap else len(text)))
+    tail_start = _line_start_after(text, max(len(text) - (max_chars - head_end), gap.end() if gap else 0))
+    middle = text[head_end:tail_start]
+    chars = len(middle) - (len(gap.group()) if gap else 0)
+    cut_here = middle.count("\n") - (1 if gap else 0)
+    lines = cut_here + (lines_omitted if gap else 0)  # the lines left out where the marker stands
+    marker = f"[... {lines:,} lines left out ...]" if lines else f"[... {chars:,} characters left out ...]"
+    head = text[:head_end]
+    joint = "" if not head or head.endswith("\n") else "\n"
+    return f"{head}{joint}{marker}\n{text[tail_start:]}", chars, cut_here + lines_omitted
+
+
+def _line_end_before(text: str, limit: int) -> int:
+    """limit, or the end of the last whole line before it when that keeps at least half."""
+    cut = text.rfind("\n", 0, limit)
+    return cut + 1 if cut + 1 >= limit // 2 else limit
+
+
+def _line_start_after(text: str, limit: int) -> int:
+    """limit, or the start of the first whole line after it when that keeps at least half of what follows."""
+    if limit == 0 or text[limit - 1] == "\n":
+        return limit
+    cut = text.find("\n", limit)
+    return cut + 1 if cut != -1 and cut + 1 - limit <= (len(text) - limit) // 2 else limit
 
 
 def _terminal(data: dict) -> dict:
@@ -146,22 +181,33 @@ def _terminal(data: dict) -> dict:
 
 
 def _command(ran: dict, max_chars: int, terminal_id: str) -> dict:
-    output, cut = bounded(ran["output"], max_chars)
+    output, cut, lines = bounded(ran["output"], max_chars, ran["linesOmitted"])
+    if ran["truncated"] and not ran["linesOmitted"] and output:  # its start is no longer held (the newest lines are)
+        output = f"{EARLIER_GONE}\n{output}"
     return {"terminal_id": terminal_id, "command_id": ran["commandId"], "status": ran["status"], "exit_code": ran["exitCode"],
             "timed_out": ran["timedOut"], "waiting_for_input": ran["waitingForInput"], "output": output,
-            "chars_omitted": cut, "lines_omitted": ran["linesOmitted"]}
+            "truncated": bool(ran["truncated"] or cut), "chars_omitted": cut, "lines_omitted": lines}
 
 
 def _command_text(data: dict, new_terminal: bool = False) -> str:
     """The output, then one short line with what the agent needs next (kept short: it is read on every call)."""
     where = f" in terminal {data['terminal_id']}" if new_terminal else ""
     if data["status"] == "completed":
-        tail = f"[exit code {data['exit_code']}{where}]"
+        footer = f"exit code {data['exit_code']}{where}"
     elif data["waiting_for_input"]:
-        tail = f"[waiting for input{where}: send_input, then wait_for_command {data['command_id']}]"
+        footer = f"waiting for input{where}: send_input, then wait_for_command {data['command_id']}"
     else:
-        tail = f"[running{where}: wait_for_command {data['command_id']}]"
-    return f"{data['output'].rstrip(chr(10))}\n{tail}" if data["output"] else tail
+        footer = f"running{where}: wait_for_command {data['command_id']}"
+    return _with_footer(data["output"], footer)
+
+
+def _with_footer(output: str, footer: str) -> str:
+    """A result's text: the output as printed, then one bracketed line with what the agent needs next."""
+    return f"{output.rstrip(chr(10))}\n[{footer}]" if output else f"[{footer}]"
+
+
+def _ended(running: bool, exit_code: int | None) -> str:
+    return "running" if running else f"ended, exit code {exit_code}"
 
 
 def _read_all(strip: bool) -> dict:
@@ -229,7 +275,7 @@ def server() -> MCPServer:
         max_chars: MaxChars = DEFAULT_MAX_CHARS,
         strip_ansi: Annotated[bool, Field(description="Remove escape sequences (default true)")] = True,
     ) -> Annotated[CallToolResult, CommandResult]:
-        timeout = min(timeout_ms, settings.TERMINALS["MAX_WAIT_MS"])
+        timeout = wait_ms(timeout_ms)
         new_terminal = not terminal_id
         if new_terminal:
             created = await call(ctx, PROFILE, "create_terminal", lambda actor: sessions.session_create(
@@ -254,7 +300,7 @@ def server() -> MCPServer:
         max_chars: MaxChars = DEFAULT_MAX_CHARS,
         strip_ansi: bool = True,
     ) -> Annotated[CallToolResult, CommandResult]:
-        timeout = min(timeout_ms, settings.TERMINALS["MAX_WAIT_MS"])
+        timeout = wait_ms(timeout_ms)
         ran = await call(ctx, PROFILE, "wait_for_command", lambda actor: sessions.session_command_wait(
             actor=actor, terminal_id=terminal_id, command_id=command_id, timeout_ms=timeout,
             read=_read_all(strip_ansi)), terminal_id=terminal_id, long=True)
@@ -295,11 +341,13 @@ def server() -> MCPServer:
                    "read": _read_all(strip_ansi)}
         data = await call(ctx, PROFILE, "read_output", lambda actor: sessions.session_read(
             actor=actor, terminal_id=terminal_id, options=options), terminal_id=terminal_id)
-        output, cut = bounded(data["output"], max_chars)
+        output, cut, lines = bounded(data["output"], max_chars, data["stats"]["linesOmitted"])
         status = data["exitStatus"] or {}
-        return result({"output": output, "next_line": data["nextReadFrom"], "chars_omitted": cut,
-                       "lines_omitted": data["stats"]["linesOmitted"] + data["linesEvicted"],
-                       "running": data["isActive"], "exit_code": status.get("exitCode")})
+        read = {"output": output, "next_line": data["nextReadFrom"], "chars_omitted": cut,
+                "lines_omitted": lines + data["linesEvicted"], "running": data["isActive"],
+                "exit_code": status.get("exitCode")}
+        return result(read, _with_footer(output, f"next_line {read['next_line']}; "
+                                                 f"{_ended(read['running'], read['exit_code'])}"))
 
     @mcp.tool(description="Wait until the terminal's output matches pattern (a regular expression; escape sequences "
                           "are stripped first), or its program stops to wait for input, or it ends; at most "
@@ -315,13 +363,17 @@ def server() -> MCPServer:
         max_chars: MaxChars = DEFAULT_MAX_CHARS,
     ) -> Annotated[CallToolResult, Waited]:
         waited = await call(ctx, PROFILE, "wait_for_output", lambda actor: sessions.session_wait_output(
-            actor=actor, terminal_id=terminal_id, pattern=pattern, timeout_ms=timeout_ms,
+            actor=actor, terminal_id=terminal_id, pattern=pattern, timeout_ms=wait_ms(timeout_ms),
             from_byte=from_byte if from_byte >= 0 else None, until_input=until_input),
             terminal_id=terminal_id, long=True)
-        output, cut = bounded(waited["output"], max_chars)
+        output, cut, _ = bounded(waited["output"], max_chars)
         status = waited["exitStatus"] or {}
-        return result({"outcome": waited["outcome"], "match": waited["match"], "output": output, "chars_omitted": cut,
-                       "next_byte": waited["nextByte"], "exit_code": status.get("exitCode")})
+        found = {"outcome": waited["outcome"], "match": waited["match"], "output": output, "chars_omitted": cut,
+                 "next_byte": waited["nextByte"], "exit_code": status.get("exitCode")}
+        said = f"matched {found['match']!r}" if found["outcome"] == "matched" else found["outcome"]
+        if found["outcome"] == "exited":
+            said += f", exit code {found['exit_code']}"
+        return result(found, _with_footer(output, f"{said}; next_byte {found['next_byte']}"))
 
     @mcp.tool(description="Read a terminal's output by byte offset: exactly the bytes from from_byte (the next_byte "
                           "of the last read), at most max_bytes, never a cut character.", annotations=READ_ONLY)
@@ -336,8 +388,11 @@ def server() -> MCPServer:
                                                            "strip_ansi": strip_ansi, "stream": None}),
             terminal_id=terminal_id)
         status = data["exitStatus"] or {}
-        return result({"chunk": data["chunk"], "from_byte": data["fromByte"], "next_byte": data["nextByte"],
-                       "truncated": data["truncated"], "running": data["isActive"], "exit_code": status.get("exitCode")})
+        chunk = {"chunk": data["chunk"], "from_byte": data["fromByte"], "next_byte": data["nextByte"],
+                 "truncated": data["truncated"], "running": data["isActive"], "exit_code": status.get("exitCode")}
+        lost = f"bytes before {chunk['from_byte']} no longer held; " if chunk["truncated"] else ""
+        return result(chunk, f"{chunk['chunk']}\n[{lost}next_byte {chunk['next_byte']}; "
+                             f"{_ended(chunk['running'], chunk['exit_code'])}]")
 
     @mcp.tool(description="How much a terminal printed and holds: lines, bytes, an estimate of tokens.",
               annotations=READ_ONLY)
@@ -356,7 +411,7 @@ def server() -> MCPServer:
         ctx: Context, terminal_id: TerminalId,
         timeout_ms: Annotated[int, Field(ge=0, description="Longest wait (default 30000)")] = 30_000,
     ) -> Annotated[CallToolResult, Exited]:
-        timeout = min(timeout_ms, settings.TERMINALS["MAX_WAIT_MS"])
+        timeout = wait_ms(timeout_ms)
         data = await call(ctx, PROFILE, "wait_for_exit", lambda actor: sessions.session_wait_exit(
             actor=actor, terminal_id=terminal_id, timeout_ms=timeout), terminal_id=terminal_id, long=True)
         return result({"exited": not data["timedOut"], "exit_code": data["exitCode"], "signal": data["signal"]})
