@@ -3,6 +3,9 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from terminals.api import errors as api_errors
+from terminals.dashboard import views as dashboard_views
+
 urlpatterns = [
     path("api/", include("terminals.acp.urls")),
     path("api/", include("terminals.api.urls")),
@@ -10,8 +13,18 @@ urlpatterns = [
     path("", include("terminals.dashboard.urls")),  # the dashboard (the admin's "View site" leads here)
 ]
 
-# Errors outside any view (unknown paths, a bad Host) answer in the API's error envelope.
+# Errors outside any view (a bad Host, ...) answer in the API's error envelope; a 404 by where it was asked (below).
 handler400 = "terminals.api.errors.bad_request"
 handler403 = "terminals.api.errors.forbidden"
-handler404 = "terminals.api.errors.not_found"
+
+
+def not_found(request, exception=None):
+    """A path nothing serves, or a view's 404: the API's JSON envelope for API paths (clients read its code), the
+    dashboard's HTML page for the rest (a browser shows it)."""
+    if request.path == "/api" or request.path.startswith("/api/"):
+        return api_errors.not_found(request, exception)
+    return dashboard_views.not_found(request, exception)
+
+
+handler404 = not_found
 handler500 = "terminals.api.errors.server_error"

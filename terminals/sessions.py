@@ -373,6 +373,9 @@ def session_create(
         "args": fields.get("args", []), "cwd": directory, "name": name or "", "env": sorted(requested_env),
         "recorded": record,
     }}
+    # A locked database is told as what it is, within its busy timeout: asked first, the worker would still be
+    # waiting for the lock when this process stops waiting for it (WORKER_TIMEOUT_MS), a 503 WORKER_UNAVAILABLE.
+    require_audit_writable()
     return worker_client.request_sync(
         _creation_channel(host),
         protocol.CREATE,

@@ -12,6 +12,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 import uuid
 from contextlib import contextmanager
 
@@ -343,3 +344,42 @@ def test_a_websocket_whose_attach_cannot_be_audited_is_refused_with_4503_before_
     attaches = [row for row in audit_rows(settings, username) if row["action"] == "attach"
                 and row["terminal"] == terminal.replace("-", "")]
     assert len(attaches) == 1
+
+
+LONG_BUSY_TIMEOUT_MS = 3000  # longer than the worker's answer is waited for, as the defaults are (30 s and 5 s)
+
+
+@pytest.fixture(scope="module")
+def patient_service():
+    """A server whose database waits longer for a lock (3 s) than its web side waits for a worker (1 s)."""
+    settings = own_database(sqlite=True, TERMINALS_DB_BUSY_TIMEOUT_MS=str(LONG_BUSY_TIMEOUT_MS),
+                            TERMINALS_WORKER_TIMEOUT_MS="1000")
+    server = start_embedded(**settings)
+    username, key = create_key(settings, "audit-patient")
+    api = Api(server.url, key)
+    yield server, settings, username, api
+    api.cleanup()
+    server.stop()
+
+
+def test_a_create_while_the_database_is_locked_answers_audit_unavailable_within_the_busy_timeout(patient_service):
+    """Not 503 WORKER_UNAVAILABLE once the worker's answer is given up on (after 35 s with the defaults): the create
+    is an audit failure, told within the database's busy timeout plus a second, and no terminal starts later."""
+    server, settings, username, api = patient_service
+    assert api.create()["status"] == "active"  # the key's use is on record: the locked request writes nothing else
+    before = children(server.processes[0].pid)
+    listed_before = api.get("/api/terminals").json()["data"]["count"]
+
+    with audit_locked(settings):
+        started = time.monotonic()
+        response = api.post("/api/terminals", json={})
+        took = time.monotonic() - started
+        assert_audit_unavailable(response)
+        assert took < LONG_BUSY_TIMEOUT_MS / 1000 + 1, f"answered after {took:.1f} s"
+
+    # Long enough for a create the worker had taken up to write its record and start its shell.
+    deadline = time.monotonic() + LONG_BUSY_TIMEOUT_MS / 1000 + 2
+    while time.monotonic() < deadline:
+        assert children(server.processes[0].pid) == before, "a terminal started after its create was refused"
+        time.sleep(0.2)
+    assert api.get("/api/terminals").json()["data"]["count"] == listed_before

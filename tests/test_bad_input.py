@@ -237,3 +237,25 @@ def test_sharing_answers_the_same_for_an_unknown_user_the_owner_and_a_disabled_u
     assert "Not shared" in said[unknown][1]
     assert not AuditEvent.objects.filter(terminal_id=terminal, action="share").exists()
     assert not ViewGrant.objects.filter(terminal_id=terminal).exists()
+
+
+def test_the_dashboard_answers_an_unknown_or_foreign_terminal_with_its_own_html_page(server, orm, bob):
+    """A terminal that is not there and another user's get the same HTML 404 page in the dashboard's style, saying
+    so, with the way back and the strict headers; so does any unknown dashboard path. API paths keep the envelope."""
+    foreign = bob.create(command="sleep", args=["100"])["terminalId"]
+    web = dashboard_user(server.url)
+    pages = [f"/terminals/{uuid.uuid4()}/", f"/terminals/{foreign}/", f"/terminals/{foreign}/output.txt",
+             f"/recordings/{foreign}/", "/terminals/not-a-terminal/", "/nowhere"]
+    for page in pages:
+        answer = web.get(page)
+        assert answer.status_code == 404, (page, answer.status_code)
+        assert answer.headers["Content-Type"].startswith("text/html"), (page, answer.headers["Content-Type"])
+        assert answer.headers["Content-Security-Policy"].startswith("default-src 'none'"), page
+        assert answer.headers["X-Frame-Options"] == "DENY", page
+        assert '<a href="/">Back to your terminals</a>' in answer.text, page
+        assert "No endpoint at" not in answer.text, page
+    assert "does not exist, or it is another user&#x27;s and not shared with you" in web.get(pages[1]).text
+    assert web.get(pages[0]).text.count("Terminal not found") == 2  # the title and the heading
+    assert "There is no page at /nowhere." in web.get("/nowhere").text
+    api = web.get("/api/nowhere")
+    assert api.status_code == 404 and api.json()["error"]["code"] == "NOT_FOUND"

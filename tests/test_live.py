@@ -441,6 +441,34 @@ def test_live_refusals_close_with_their_codes_and_are_audited(server, client, ke
     assert [event.outcome for event in attach_audits(released)] == ["TERMINAL_INACTIVE"]
 
 
+def test_live_path_without_its_slash_attaches_and_unknown_paths_close_4404(server, client, keys):
+    """/ws/terminals/<id> without its trailing slash attaches like the documented path; any other /ws/ path (and a
+    WebSocket anywhere else) is accepted and closed 4404, as an unknown REST path answers 404: never an HTTP 500."""
+    terminal = client.create(shell="/bin/bash")["terminalId"]
+    ws_base = server.url.replace("http://", "ws://", 1)
+    unknown = ["/ws/", "/ws/nothing", "/ws/terminals/", f"/ws/terminals/{terminal}/extra", "/api/terminals", "/"]
+
+    async def close_code(path: str, headers: dict) -> int:
+        async with websockets.connect(ws_base + path, additional_headers=headers) as ws:
+            try:
+                message = await asyncio.wait_for(ws.recv(), FRAME_TIMEOUT)
+            except websockets.ConnectionClosed as closed:
+                return closed.rcvd.code
+        raise AssertionError(f"{path}: expected a close, got {message}")
+
+    async def scenario():
+        async with websockets.connect(f"{ws_base}/ws/terminals/{terminal}", max_size=None,
+                                      additional_headers={"X-API-Key": keys["alice"]}) as ws:
+            attached = json.loads(await asyncio.wait_for(ws.recv(), FRAME_TIMEOUT))
+        codes = {path: await close_code(path, {"X-API-Key": keys["alice"]}) for path in unknown}
+        codes["/ws/nothing (no key)"] = await close_code("/ws/nothing", {})
+        return attached, codes
+
+    attached, codes = run(scenario())
+    assert attached["type"] == "attached" and attached["terminalId"] == terminal, attached
+    assert codes == {path: 4404 for path in codes}, codes
+
+
 def test_live_attach_and_detach_are_audited(server, client, keys, orm):
     """A successful connection leaves an attach row (with its mode) and, once closed, a detach row."""
     terminal = client.create(shell="/bin/bash")["terminalId"]

@@ -5,6 +5,7 @@ A terminal, key or audit row another user owns answers exactly like an unknown o
 
 from __future__ import annotations
 
+import re
 import secrets
 import shlex
 import time
@@ -22,10 +23,11 @@ from django.views.decorators.http import require_POST
 
 from .. import keys, recordings, sessions
 from ..audit import Actor, client_address, last_hash, verify_chain
+from ..log_filters import log_refusal
 from ..exceptions import InvalidInput, RecordingNotFound, ServiceError, TerminalNotFound
 from ..models import ApiKey, AuditEvent, Recording, TerminalSession
 from ..throttling import count_creation
-from .security import page, player_page
+from .security import page, player_page, with_policy
 
 STATUSES = ["active", "all", *[status for status in TerminalSession.Status.values if status != "active"]]
 AUDIT_PAGE = 50
@@ -48,6 +50,29 @@ def _visible_terminal(request, terminal_id, *, shared: bool = False) -> dict:
                                        shared=shared)
     except TerminalNotFound:
         raise Http404("no such terminal") from None
+
+
+# Pages that are not there
+
+FOREIGN = re.compile(r"^/(terminals|recordings)/([^/.]+)")  # a page of one terminal, or of its recording
+
+
+def not_found(request, exception=None):
+    """The dashboard's 404, as a page in its style: an unknown terminal and another user's look the same (the
+    dashboard never says which terminals others have), with the way back to the user's own. config/urls.py sends
+    unknown paths under /api/ to the API's JSON envelope instead."""
+    log_refusal(request, 404, "NOT_FOUND")
+    match = FOREIGN.match(request.path)
+    if match:
+        what = "terminal" if match.group(1) == "terminals" else "recording of a terminal"
+        heading = "Terminal not found" if match.group(1) == "terminals" else "Recording not found"
+        explanation = (f"There is no {what} {match.group(2)} that you can see: it does not exist, or it is another "
+                       "user's and not shared with you. Your terminals are listed on the terminals page.")
+    else:
+        heading = "Page not found"
+        explanation = f"There is no page at {request.path}."
+    return with_policy(render(request, "dashboard/not_found.html",
+                              {"heading": heading, "explanation": explanation}, status=404))
 
 
 # Terminals

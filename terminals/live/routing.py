@@ -1,13 +1,31 @@
-"""The live interface's route: one WebSocket per client and terminal."""
+"""The live interface's routes: one WebSocket per client and terminal, and a refusal for any other path."""
+
+import logging
 
 from channels.auth import AuthMiddlewareStack
+from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.routing import URLRouter
 from django.contrib.auth.models import AnonymousUser
-from django.urls import path
+from django.urls import re_path
 
-from .consumer import TerminalConsumer, presented_key
+from .consumer import CLOSE_NOT_FOUND, TerminalConsumer, presented_key
 
-websocket_urlpatterns = [path("ws/terminals/<str:terminal_id>/", TerminalConsumer.as_asgi())]
+logger = logging.getLogger(__name__)
+
+
+class UnknownPath(AsyncWebsocketConsumer):
+    """A WebSocket to a path no route serves: accepted, then closed 4404, as an unknown terminal is (an unknown REST
+    path answers 404). Without this, channels' router raised and daphne answered the upgrade with a 500."""
+
+    async def connect(self) -> None:
+        logger.info("refused a WebSocket to %s: no such endpoint (4404)", self.scope["path"])
+        await self.accept()
+        await self.close(code=CLOSE_NOT_FOUND, reason="No WebSocket endpoint here; use /ws/terminals/<id>/")
+
+
+# The trailing slash is optional: a client that leaves it off reaches its terminal instead of an unknown path.
+websocket_urlpatterns = [re_path(r"^ws/terminals/(?P<terminal_id>[^/]+)/?$", TerminalConsumer.as_asgi()),
+                         re_path(r"", UnknownPath.as_asgi())]
 
 
 def live_application():

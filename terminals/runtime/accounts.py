@@ -12,6 +12,7 @@ for somebody else is never handed out, whatever a username maps to.
 from __future__ import annotations
 
 import fcntl
+import grp
 import hashlib
 import os
 import pwd
@@ -168,3 +169,75 @@ def _make_home(account: Account) -> None:
             return
     os.chown(home, account.uid, account.gid, follow_symlinks=False)
     os.chmod(home, 0o700)
+
+
+# Removing what the service made (manage.py remove_accounts)
+
+
+def made_accounts() -> list[pwd.struct_passwd]:
+    """Every account on this host that a terminal service made, for whichever user: its comment is the tag. No other
+    account carries it (useradd's callers here alone write it), so root, daemons and logins are never among them."""
+    return [entry for entry in pwd.getpwall() if entry.pw_uid != 0 and entry.pw_gecos.startswith(f"{TAG} ")]
+
+
+def tag_of(entry: pwd.struct_passwd) -> str:
+    """The hash of the user an account was made for (user_tag)."""
+    return entry.pw_gecos.split(" ", 1)[1]
+
+
+def processes_of(uids: set[int]) -> dict[int, list[int]]:
+    """The live processes running as any of uids (real, effective, saved or file-system uid), by uid."""
+    found: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status") as status:
+                line = next(line for line in status if line.startswith("Uid:"))
+        except (OSError, StopIteration):
+            continue  # ended meanwhile
+        for uid in {int(value) for value in line.split()[1:]} & uids:
+            found.setdefault(uid, []).append(int(name))
+    return found
+
+
+def own_home(entry: pwd.struct_passwd) -> Path | None:
+    """The account's home if it is what provision made: a real directory (no link) of the account's own."""
+    home = Path(entry.pw_dir)
+    try:
+        info = os.lstat(home)
+    except OSError:
+        return None
+    if not home.is_absolute() or home == Path("/") or not stat.S_ISDIR(info.st_mode) or info.st_uid != entry.pw_uid:
+        return None
+    return home
+
+
+def remove_made_account(entry: pwd.struct_passwd) -> list[str]:
+    """Removes an account provision made, its group of the same name and its home; returns what went. The caller
+    checked that nothing runs as it; the host lock keeps a worker from making it again half-way."""
+    if entry.pw_uid == 0 or not entry.pw_gecos.startswith(f"{TAG} "):
+        raise ValueError(f"{entry.pw_name} was not made by the terminal service")
+    removed = []
+    home = own_home(entry)
+    with _host_lock(Path(entry.pw_dir).parent):
+        result = subprocess.run([shutil.which("userdel") or "/usr/sbin/userdel", entry.pw_name],
+                                capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise AccountRefused(f"removing the Unix account {entry.pw_name!r} failed: "
+                                 f"{result.stderr.strip() or result.returncode}", account=entry.pw_name)
+        removed.append(f"account {entry.pw_name} (uid {entry.pw_uid})")
+        if _group_named(entry.pw_name, entry.pw_gid):  # useradd --user-group made it; userdel may have left it
+            subprocess.run([shutil.which("groupdel") or "/usr/sbin/groupdel", entry.pw_name],
+                           capture_output=True, check=False)
+        if home is not None:
+            shutil.rmtree(home)  # unlinks links in it, never follows them
+            removed.append(f"home {home}")
+    return removed
+
+
+def _group_named(name: str, gid: int) -> bool:
+    try:
+        return grp.getgrnam(name).gr_gid == gid
+    except KeyError:
+        return False
