@@ -45,6 +45,7 @@ class Command:
     started_at: float
     nonce: str = ""
     typed_at: int | None = None  # where the echo of its typed text begins
+    echo_end: int | None = None  # where the command as shown in place of that echo ends (shown.py)
     start_byte: int | None = None  # where its output begins, once it runs
     end_byte: int | None = None
     finished_at: float | None = None
@@ -161,6 +162,10 @@ class CommandTracker:
 
     def history(self) -> list[Command]:
         return list(self._history)
+
+    def prompt_due(self) -> bool:
+        """Whether the next prompt marker belongs before the current command (typed before it was shown)."""
+        return self.current is not None and self.current.start_byte is None and self._stale_prompts > 0
 
     @property
     def running(self) -> Command | None:
