@@ -234,9 +234,13 @@ class ShellSession(PtySession):
         if quiet < shown.HOLD_QUIET_SECONDS:
             self._hold_timer = self._loop.call_later(shown.HOLD_QUIET_SECONDS - quiet, self._hold_expired)
             return
-        self._show_held(to_end=False)
-        self._stop_holding()
-        self._output_arrived()
+        self._release_held()
+
+    def _release_held(self) -> None:
+        """Stores what is held at once, for whoever reads it next: the command did not begin as it should."""
+        if self._held is not None:
+            self._stop_holding()
+            self._output_arrived()
 
     def _show_held(self, *, to_end: bool, show: bool = True) -> None:
         """Stores the held output, with the echo of the typed text replaced by the command as given."""
@@ -355,13 +359,20 @@ class ShellSession(PtySession):
         while record.status == RUNNING:
             remaining = deadline - loop.time()
             if remaining <= 0:
-                return WaitResult(finished=False)
+                return self._unfinished(record, WaitResult(finished=False))
             try:
                 await asyncio.wait_for(record.done.wait(), min(remaining, POLL_SECONDS))
             except TimeoutError:
                 if self._quiet_for(POLL_SECONDS) and await self._confirmed_waiting(record):
-                    return WaitResult(finished=False, waiting_for_input=True)
+                    return self._unfinished(record, WaitResult(finished=False, waiting_for_input=True))
         return WaitResult(finished=True)
+
+    def _unfinished(self, record: Command, result: WaitResult) -> WaitResult:
+        """A command answered before it began (its typed text read by something else, or a shell that takes
+        long): the output held since it was typed is its caller's to read now."""
+        if self._held is not None and self._held.record is record:
+            self._release_held()
+        return result
 
     async def _confirmed_waiting(self, record: Command) -> bool:
         """Waiting for input, seen twice: a shell back at its prompt reads the terminal too, a moment
