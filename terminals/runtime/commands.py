@@ -8,7 +8,8 @@ The secret is never typed: a program that reads what the service types (it can,
 with the terminal open on an inherited descriptor) learns only the id, and a
 marker counts only with the secret and the current command's id. In bash and
 zsh, the hooks also report commands typed by people (C markers) and every
-prompt (P markers), signed the same way.
+prompt (P markers), signed the same way. The echo of the typed text is shown to watchers as the command as given
+(shown.py).
 
 A shell without hooks (not bash, zsh, sh or dash) gets its API commands typed
 between printf's of markers carrying a fresh nonce instead: a program that
