@@ -107,3 +107,63 @@ def test_a_wait_does_not_match_the_command_shown(alice):
     finally:
         (gate / "go").unlink(missing_ok=True)
         gate.rmdir()
+
+
+@shells
+def test_a_command_typed_as_the_shell_starts_is_shown_once(alice, shell, tmp_path):
+    """Typed just as the first prompt shows, before the line editor takes the terminal, the text is echoed by the
+    kernel and again by the line editor: the command shows once, after the prompt."""
+    from .test_api_commands import slow_start_env
+
+    terminal = alice.create(shell=shell, env=slow_start_env(shell, tmp_path))["terminalId"]
+    done = alice.command(terminal, "echo hello-$((6*7))")
+    assert (done["exitCode"], done["output"]) == (0, "hello-42\n"), done
+    for output in everything(alice, terminal):
+        assert_shown(output, "echo hello-$((6*7))", "hello-42")
+        assert output.count("echo hello-$((6*7))") == 1, output
+
+
+# The echo as each line editor draws it (recorded from bash 5.2, zsh 5.9 and dash at 80 columns)
+
+ID = "cmd_1_c55248"
+TYPED = f"__terminals_begin {ID}; eval '/bin/echo 0'; __terminals_end {ID} \"$?\""
+
+
+def record(command: str = "/bin/echo 0"):
+    from terminals.runtime.commands import Command
+
+    return Command(id=ID, command=command, source="api", started_at=0.0)
+
+
+def test_the_echo_is_found_through_zshs_redrawing_at_the_windows_edge():
+    from terminals.runtime.shown import replace_echo
+
+    # zsh draws the first key alone, and redraws the key at the window's edge: here inside the id.
+    drawn = (f"_\b__terminals_begin {ID}; eval '/bin/echo 0'; __terminals_end cmd_1_c5 \r\x1b[K5\r5248 \"$?\""
+             "\x1b[?1l\x1b>\x1b[?2004l\r\r\n").encode()
+    shown, place = replace_echo(b"vm% " + drawn, record(), to_end=True)
+    assert shown == b"vm% /bin/echo 0\r\n\x1b[?1l\x1b>\x1b[?2004l"
+    assert place == (4, len(shown))
+
+
+def test_a_kernel_echo_before_the_prompt_is_left_out_and_the_editors_shown():
+    from terminals.runtime.shown import replace_echo
+
+    held = f"{TYPED}\r\n\x1b[?2004hroot@vm:/tmp# {TYPED}\r\n\x1b[?2004l\r".encode()
+    shown, _ = replace_echo(held, record(), to_end=True)
+    assert shown == b"\x1b[?2004hroot@vm:/tmp# /bin/echo 0\r\n\x1b[?2004l"
+
+
+def test_a_refused_commands_complaint_follows_the_command_shown():
+    from terminals.runtime.shown import replace_echo
+
+    held = f"$ {TYPED}\r\nsh: 1: oops\r\n".encode()
+    shown, place = replace_echo(held, record(), to_end=False)
+    assert shown == b"$ /bin/echo 0\r\nsh: 1: oops\r\n" and shown[place[1]:] == b"sh: 1: oops\r\n"
+
+
+def test_an_echo_not_found_is_kept_as_it_came_and_control_keys_show_as_carets():
+    from terminals.runtime.shown import display_of, replace_echo
+
+    assert replace_echo(b"something else\r\n", record(), to_end=True) == (b"something else\r\n", None)
+    assert display_of("printf 'a\\tb'\x1b\nsecond line\n") == b"printf 'a\\tb'^[\r\nsecond line\r\n"
