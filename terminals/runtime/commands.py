@@ -8,7 +8,8 @@ The secret is never typed: a program that reads what the service types (it can,
 with the terminal open on an inherited descriptor) learns only the id, and a
 marker counts only with the secret and the current command's id. In bash and
 zsh, the hooks also report commands typed by people (C markers) and every
-prompt (P markers), signed the same way.
+prompt (P markers), signed the same way. The echo of the typed text is shown to watchers as the command as given
+(shown.py).
 
 A shell without hooks (not bash, zsh, sh or dash) gets its API commands typed
 between printf's of markers carrying a fresh nonce instead: a program that
@@ -45,6 +46,7 @@ class Command:
     started_at: float
     nonce: str = ""
     typed_at: int | None = None  # where the echo of its typed text begins
+    echo_end: int | None = None  # where the command as shown in place of that echo ends (shown.py)
     start_byte: int | None = None  # where its output begins, once it runs
     end_byte: int | None = None
     finished_at: float | None = None
@@ -161,6 +163,10 @@ class CommandTracker:
 
     def history(self) -> list[Command]:
         return list(self._history)
+
+    def prompt_due(self) -> bool:
+        """Whether the next prompt marker belongs before the current command (typed before it was shown)."""
+        return self.current is not None and self.current.start_byte is None and self._stale_prompts > 0
 
     @property
     def running(self) -> Command | None:

@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-PROMPT, KERNEL, EDITOR, NONE = "prompt", "kernel", "editor", "none"
+PROMPT, KERNEL, EDITOR, NONE, SHOWN = "prompt", "kernel", "editor", "none", "shown"
 SETTLE_SECONDS = 1.0  # how long the echo of an input may take to show before it is taken as not coming
 KEPT_INPUTS = 16  # the newest inputs whose echo is told apart; an older one's echo is long read
 SCAN_BYTES = 256 * 1024  # how far past an input its echo is looked for
@@ -56,7 +56,16 @@ class EchoLedger:
         if mode == NONE or not data:
             return
         lines = tuple(line for line in data.splitlines(keepends=True) if line)
-        self._inputs.append(TypedInput(at=at, when=self._clock(), lines=lines, mode=mode, stale_prompts=stale_prompts))
+        self._add(TypedInput(at=at, when=self._clock(), lines=lines, mode=mode, stale_prompts=stale_prompts))
+
+    def shown(self, start: int, stop: int) -> None:
+        """Output known to be echo: an API command drawn where the shell echoed the text typed for it (shown.py)."""
+        entry = TypedInput(at=start, when=self._clock(), lines=(), mode=SHOWN)
+        self._add(entry)
+        self._settled[id(entry)] = [(0, stop - start)]
+
+    def _add(self, entry: TypedInput) -> None:
+        self._inputs.append(entry)
         for forgotten in self._inputs[:-KEPT_INPUTS]:
             self._settled.pop(id(forgotten), None)
         del self._inputs[:-KEPT_INPUTS]

@@ -17,7 +17,7 @@ from pathlib import Path
 from .commands import RUNNING, Command, CommandTracker
 from .errors import SessionInactive, TerminalError
 from .markers import Marker, MarkerParser
-from . import echo, processes, sealed
+from . import echo, processes, sealed, shown
 from .pty import HANDOVER_FD, MAX_CANONICAL_LINE, PtySession, SpawnSpec, longest_line
 
 SHIPPED_INTEGRATION = Path(__file__).with_name("shell_integration")
@@ -158,6 +158,9 @@ class ShellSession(PtySession):
         self.commands.locate_refusal = self._refusal_start
         # bash's and zsh's hooks mark where each typed command's output starts (echo.py's PROMPT).
         self._marks_commands = self.commands.signed and Path(spec.argv[0]).name in ("bash", "zsh")
+        # The output since an API command was typed, held back until its echo is known (shown.py).
+        self._held: shown.HeldEcho | None = None
+        self._hold_timer: asyncio.TimerHandle | None = None
 
     def spawn(self) -> None:
         """Spawns the shell with its secret in a pipe: read once by its startup file, never in its
@@ -178,14 +181,91 @@ class ShellSession(PtySession):
     def _ingest(self, data: bytes) -> None:
         for piece in self._markers.feed(data):
             if isinstance(piece, Marker):
-                if not self.commands.on_marker(piece, self.buffer.end):
-                    self._keep(piece.raw)
+                self._on_marker(piece)
             else:
-                self._keep(piece)
+                self._store(piece)
         self._answer_queries(data)
+
+    def _on_marker(self, marker: Marker) -> None:
+        held = self._held
+        if held is not None and self._ends_echo(marker, held.record):
+            # First, so that the marker's offset follows what is shown. A prompt due before the command: its line
+            # editor (bash, zsh) echoes the text again after it, and shows it there.
+            show = marker.kind == "B" or not (self.commands.prompt_due() and self._marks_commands)
+            self._show_held(to_end=marker.kind == "B", show=show)
+        if not self.commands.on_marker(marker, self.buffer.end):
+            self._store(marker.raw)
+        if held is not None and (held.record.start_byte is not None or held.record.status != RUNNING):
+            self._stop_holding()  # it runs (B), or ended at a prompt without running
+
+    def _ends_echo(self, marker: Marker, record: Command) -> bool:
+        """A marker that ends a segment of held output: the command's begin (B), or a prompt (P)."""
+        if marker.token != self.commands.secret:
+            return False
+        return marker.kind == "P" or (marker.kind == "B" and marker.data.partition(";")[0] == record.id)
+
+    def _store(self, data: bytes) -> None:
+        held = self._held
+        if held is None:
+            self._keep(data)
+            return
+        held.data += data
+        held.last = self._loop.time() if self._loop is not None else 0.0
+        if len(held.data) > held.limit:
+            self._show_held(to_end=False)
+
+    # What watchers see of an API command (shown.py)
+
+    def _hold_echo(self, record: Command, typed: int) -> None:
+        """Holds the output back from now until the echo of the typed bytes is known."""
+        if self._loop is None:
+            return
+        self._held = shown.HeldEcho(record, limit=shown.HOLD_LIMIT_BYTES + 4 * typed, last=self._loop.time())
+        self._hold_timer = self._loop.call_later(shown.HOLD_QUIET_SECONDS, self._hold_expired)
+
+    def _hold_expired(self) -> None:
+        """No B marker, and nothing more of the echo for a while (the shell is slow, or something read the typed
+        text instead of the shell): what is held is stored, the echo found in it shown as the command."""
+        self._hold_timer = None
+        held = self._held
+        if held is None or self._loop is None:
+            return
+        quiet = self._loop.time() - held.last
+        if quiet < shown.HOLD_QUIET_SECONDS:
+            self._hold_timer = self._loop.call_later(shown.HOLD_QUIET_SECONDS - quiet, self._hold_expired)
+            return
+        self._release_held()
+
+    def _release_held(self) -> None:
+        """Stores what is held at once, for whoever reads it next: the command did not begin as it should."""
+        if self._held is not None:
+            self._stop_holding()
+            self._output_arrived()
+
+    def _show_held(self, *, to_end: bool, show: bool = True) -> None:
+        """Stores the held output, with the echo of the typed text replaced by the command as given."""
+        held = self._held
+        if held is None or not held.data:
+            return
+        at = self.buffer.end
+        data, place = shown.replace_echo(bytes(held.data), held.record, to_end=to_end, show=show)
+        held.data.clear()
+        self._keep(data)
+        if place is not None:
+            held.record.echo_end = at + place[1]
+            self.echoes.shown(at + place[0], at + place[1])
+
+    def _stop_holding(self) -> None:
+        self._show_held(to_end=False)
+        self._held = None
+        if self._hold_timer is not None:
+            self._hold_timer.cancel()
+            self._hold_timer = None
 
     def _refusal_start(self, record: Command, prompt_at: int) -> int:
         """Where the shell's complaint about a refused command begins: after the echo of its last typed line."""
+        if record.echo_end is not None:
+            return record.echo_end
         typed_at = record.typed_at if record.typed_at is not None else prompt_at
         text, _ = self.buffer.text_between(typed_at, prompt_at)
         echo_end = text.rfind(record.nonce or record.id)
@@ -208,6 +288,7 @@ class ShellSession(PtySession):
 
     def _report_exit(self) -> None:
         if not self._exit_reported:
+            self._stop_holding()
             self._keep(self._markers.flush())
             status = self.exit_status
             if status is not None:
@@ -260,10 +341,14 @@ class ShellSession(PtySession):
             )
         record, text = self.commands.begin(command)
         record.typed_at = self.buffer.end
+        typed = text.encode("utf-8", errors="surrogateescape")
+        if self.commands.signed:
+            self._hold_echo(record, len(typed))
         try:
-            self.write(text.encode("utf-8", errors="surrogateescape"))
+            self.write(typed)
         except TerminalError:
             self.commands.current = None
+            self._stop_holding()
             raise
         return record
 
@@ -274,13 +359,20 @@ class ShellSession(PtySession):
         while record.status == RUNNING:
             remaining = deadline - loop.time()
             if remaining <= 0:
-                return WaitResult(finished=False)
+                return self._unfinished(record, WaitResult(finished=False))
             try:
                 await asyncio.wait_for(record.done.wait(), min(remaining, POLL_SECONDS))
             except TimeoutError:
                 if self._quiet_for(POLL_SECONDS) and await self._confirmed_waiting(record):
-                    return WaitResult(finished=False, waiting_for_input=True)
+                    return self._unfinished(record, WaitResult(finished=False, waiting_for_input=True))
         return WaitResult(finished=True)
+
+    def _unfinished(self, record: Command, result: WaitResult) -> WaitResult:
+        """A command answered before it began (its typed text read by something else, or a shell that takes
+        long): the output held since it was typed is its caller's to read now."""
+        if self._held is not None and self._held.record is record:
+            self._release_held()
+        return result
 
     async def _confirmed_waiting(self, record: Command) -> bool:
         """Waiting for input, seen twice: a shell back at its prompt reads the terminal too, a moment
