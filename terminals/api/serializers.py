@@ -49,6 +49,8 @@ class RequestSerializer(serializers.Serializer):
     """A request's body (or query string): a name it does not declare is refused, naming it and the name probably
     meant, before any field is read. Every request serializer of the API derives from this one."""
 
+    refuses_unknown_fields = True  # the OpenAPI document says so: additionalProperties false (schema.py)
+
     def to_internal_value(self, data):
         if hasattr(data, "keys"):
             refuse_unknown(data.keys(), self.fields, "field")
