@@ -15,17 +15,35 @@ SCHEMES = ("api-key", "bearer")
 HOW_TO_SEND = "send it in a header: `X-API-Key: <key>` or `Authorization: Bearer <key>` (or `Api-Key <key>`)"
 # Query parameters clients try for a key; the service never reads a key from a URL, which logs and histories keep.
 KEY_PARAMETERS = ("api_key", "apikey", "key", "token", "access_token")
+KEY_SHAPE = "tk_…"  # how a message shows a key: its form, never the caller's own
 
 
 def missing_key_message(request) -> str:
     """Why a request without a usable key header was refused, and how to send the key."""
-    scheme = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")[0]
-    if scheme and scheme.lower() not in SCHEMES:
-        # The scheme is not quoted back: a client that put the bare key there would see part of it echoed.
-        return f"No API key: the Authorization header's scheme is not one this service takes; {HOW_TO_SEND}"
     if any(name in request.GET for name in KEY_PARAMETERS):
         return f"No API key: a key in the URL is not read (URLs end up in logs); {HOW_TO_SEND}"
+    return missing_key_problem(request.META.get("HTTP_AUTHORIZATION", ""))
+
+
+def missing_key_problem(authorization: str) -> str:
+    """Why headers that carry no usable key were refused, and how to send the key (REST and MCP alike).
+    Nothing of the header is quoted back: a client that put the bare key there would see part of it echoed."""
+    scheme, _, value = authorization.strip().partition(" ")
+    if scheme and not value.strip():
+        return ("No API key: the Authorization header holds no scheme before the key; send "
+                f"`Authorization: Bearer {KEY_SHAPE}` or `X-API-Key: {KEY_SHAPE}`")
+    if scheme and scheme.lower() not in SCHEMES:
+        return f"No API key: the Authorization header's scheme is not one this service takes; {HOW_TO_SEND}"
     return f"No API key: {HOW_TO_SEND}"
+
+
+def misplaced_scheme(key: str) -> str | None:
+    """What to send instead when X-API-Key carried a scheme before the key ("Bearer tk_..."); None otherwise."""
+    scheme, _, value = key.partition(" ")
+    if scheme.lower() in SCHEMES and value.strip():
+        return (f"Unknown API key: the X-API-Key header takes the key alone, without {scheme.title()!r}; send "
+                f"`X-API-Key: {KEY_SHAPE}` or `Authorization: Bearer {KEY_SHAPE}`")
+    return None
 
 
 def presented_key(request) -> str | None:
@@ -78,7 +96,7 @@ def usable_key(key: str) -> ApiKey:
 def _looked_up(key: str) -> ApiKey:
     record = ApiKey.objects.for_key(key)
     if record is None:
-        raise exceptions.AuthenticationFailed("Unknown API key")
+        raise exceptions.AuthenticationFailed(misplaced_scheme(key) or "Unknown API key")
     if record.revoked_at is not None:
         raise exceptions.AuthenticationFailed("This API key was revoked")
     if not record.is_usable():

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import re
+import shlex
 import shutil
 from functools import lru_cache
 from pathlib import Path
@@ -213,10 +215,20 @@ def resolve_cwd(cwd: str | None, account: Account | None = None, *, username: st
     if not path.is_dir():
         raise invalid("cwd", f"{cwd!r} is not an existing directory")
     if not os.access(path, os.X_OK):
-        raise invalid("cwd", f"{cwd!r} cannot be entered")
+        raise invalid("cwd", f"{cwd!r} cannot be entered by the service (no search permission); name a directory "
+                      "it can enter")
     if account is not None and not account.can_enter(str(path)):
-        raise invalid("cwd", f"{cwd!r} cannot be entered by account {account.name!r}")
+        raise invalid("cwd", unenterable(cwd, str(path), account))
     return str(path)
+
+
+def unenterable(cwd: str, path: str, account: Account) -> str:
+    """Why the account cannot enter path, and the ways out."""
+    blocked = account.blocked_at(path) or path
+    return (f"{cwd!r} cannot be entered by {account.name!r}, the account this user's terminals run as: "
+            f"the directory {blocked!r} does not give that account search (x) permission. Make the path "
+            f"traversable (e.g. chmod o+x {blocked}, or chown the project to {account.name}), use a directory under "
+            f"the account's home ({account.home}), or set TERMINALS_RUN_AS to an account that can enter it")
 
 
 def validate_env(env: dict[str, str]) -> dict[str, str]:
@@ -261,8 +273,27 @@ def resolve_program(command: str, path: str, cwd: str) -> str:
     else:
         found = shutil.which(command, path=path)
     if found is None:
-        raise invalid("command", f"{command!r} is not an executable program (looked in PATH {path})")
+        raise invalid("command", _not_a_program(command))
     return os.path.abspath(found)
+
+
+def _not_a_program(command: str) -> str:
+    """What to send instead of a command that names no program. The service's own PATH is never quoted: it tells a
+    caller about the service's machine, not about what to send."""
+    words = _words(command)
+    if len(words) > 1:
+        corrected = json.dumps({"command": words[0], "args": words[1:]})
+        return (f"{command!r} is not a program: command names the program alone and its arguments go in args, "
+                f"e.g. {corrected}; or leave command out for a shell, and type the line there")
+    return (f"{command!r} is not an executable program on the terminal's PATH; give the program's name "
+            "(e.g. python3) or its path (e.g. /usr/bin/python3)")
+
+
+def _words(command: str) -> list[str]:
+    try:
+        return shlex.split(command)
+    except ValueError:  # an unbalanced quote: the words as they stand
+        return command.split()
 
 
 def shell_argv(shell: str) -> list[str]:

@@ -14,6 +14,8 @@ from rest_framework.response import Response
 from .redaction import redact, redact_data
 
 logger = logging.getLogger(__name__)
+# What a client that sent a body in another form (or with no Content-Type at all) should do instead.
+NO_JSON = 'send the body as JSON with the header "Content-Type: application/json"'
 
 
 class ServiceError(exceptions.APIException):
@@ -209,7 +211,8 @@ def as_service_error(exc: Exception) -> ServiceError:
     if isinstance(exc, RequestDataTooBig):
         return RequestTooLarge(f"Request body larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes")
     if isinstance(exc, exceptions.UnsupportedMediaType):
-        return InvalidInput(str(exc.detail))
+        # DRF's detail is 'Unsupported media type "text/plain" in request.': keep what was sent, add what to send.
+        return InvalidInput(f"{str(exc.detail).removesuffix(' in request.')}; {NO_JSON}")
     if isinstance(exc, (exceptions.NotAuthenticated, exceptions.AuthenticationFailed)):
         return Unauthorized(str(exc.detail))
     if isinstance(exc, exceptions.PermissionDenied):

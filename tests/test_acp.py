@@ -124,8 +124,8 @@ def test_create_output_wait_for_exit_report_the_exit_code(alice, session):
     assert set(output) == {"output", "truncated", "exitStatus"}
 
 
-def test_create_passes_env_and_cwd_and_ignores_unknown_params(alice, session):
-    """env's {name, value} pairs reach the command, cwd is its directory, and _meta is ignored."""
+def test_create_passes_env_and_cwd_and_takes_meta(alice, session):
+    """env's {name, value} pairs reach the command, cwd is its directory, and _meta (any keys) is taken."""
     terminal = create(
         alice, session, "sh", "-c", 'echo "greeting=$GREETING"; pwd',
         env=[{"name": "GREETING", "value": "hello"}], cwd="/tmp", _meta={"client": "test"},
@@ -134,6 +134,27 @@ def test_create_passes_env_and_cwd_and_ignores_unknown_params(alice, session):
     output = result(alice, "terminal/output", sessionId=session, terminalId=terminal)["output"]
     assert "greeting=hello" in output
     assert "/tmp" in output.splitlines()[-1]
+
+
+@pytest.mark.parametrize("method,params,name,meant", [
+    ("terminal/create", {"command": "true", "cwdir": "/nonexistent"}, "cwdir", "cwd"),
+    ("terminal/create", {"command": "true", "output_byte_limit": 10}, "output_byte_limit", "outputByteLimit"),
+    ("terminal/output", {"terminalId": "x", "terminal_id": "x"}, "terminal_id", "terminalId"),
+    ("terminal/kill", {"terminalId": "x", "signal": "SIGKILL"}, "signal", None),
+], ids=["cwdir", "output_byte_limit", "terminal_id", "signal"])
+def test_unknown_params_are_invalid_params_naming_the_one_meant(alice, session, orm, method, params, name, meant):
+    """A parameter the method's schema does not name is -32602 Invalid params naming it and the parameter meant,
+    and nothing is done (no terminal starts)."""
+    from terminals.models import TerminalSession
+
+    before = TerminalSession.objects.filter(session_id=session).count()
+    answer = error(alice, method, sessionId=session, **params)
+    assert answer["code"] == -32602 and answer["message"] == "Invalid params", answer
+    assert answer["data"]["field"] == name and repr(name) in answer["data"]["message"], answer
+    if meant is not None:
+        assert f"did you mean {meant!r}?" in answer["data"]["message"], answer
+    assert "_meta" in answer["data"]["accepted"], answer
+    assert TerminalSession.objects.filter(session_id=session).count() == before
 
 
 def test_output_has_exit_status_only_once_exited(alice, session):

@@ -153,6 +153,22 @@ def nobody_server(django_db_setup):
     server.stop()
 
 
+def test_cwd_the_account_cannot_enter_says_why_and_the_ways_out(nobody_server, keys, tmp_path):
+    """A cwd the terminals' account cannot enter (a project under /root, a mktemp -d folder) is 400 naming the
+    account, the directory that stops it, and the ways out: make it traversable, the account's home, or
+    TERMINALS_RUN_AS; nothing starts."""
+    api = Api(nobody_server.url, keys["alice"])
+    private = tmp_path / "project"  # pytest's tmp_path is made 0700, as mktemp -d makes its folders
+    private.mkdir()
+    blocked = next(str(path) for path in [*reversed(private.parents), private] if not os.stat(path).st_mode & 0o001)
+    response = api.post("/api/terminals", json={"cwd": str(private)})
+    assert response.status_code == 400, response.text
+    message = response.json()["error"]["message"]
+    for needed in ("'nobody'", repr(blocked), "chmod o+x", "home", "TERMINALS_RUN_AS"):
+        assert needed in message, (needed, message)
+    assert all(item["cwd"] != str(private) for item in api.get("/api/terminals").json()["data"]["terminals"])
+
+
 def test_terminals_run_as_the_configured_account_away_from_the_service(nobody_server, keys):
     api = Api(nobody_server.url, keys["alice"])
     service_pid = nobody_server.processes[0].pid

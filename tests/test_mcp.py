@@ -534,3 +534,30 @@ def test_a_flood_costs_a_bounded_number_of_characters_with_its_head_tail_and_wha
     read_data = data(read)
     assert read_data["lines_omitted"] > 0 and text(read).endswith(f"[next_line {read_data['next_line']}; running]")
     assert len(text(read)) + len(json.dumps(read_data, ensure_ascii=False)) <= result_cost_bound
+
+
+@pytest.mark.parametrize("path,tool,arguments,name,meant", [
+    ("/mcp", "create_terminal", {"cwdir": "/nonexistent"}, "cwdir", "cwd"),
+    ("/mcp", "run_command", {"command": "true", "timeoutMs": 1000}, "timeoutMs", "timeout_ms"),
+    ("/mcp/persistent-terminal", "create_terminal", {"shell": "/bin/sh", "cwdir": "/tmp"}, "cwdir", "cwd"),
+    ("/mcp/terminally", "create_tab", {"tab_name": "x"}, "tab_name", None),
+], ids=["terminals-cwdir", "terminals-timeoutMs", "persistent-cwdir", "terminally-tab_name"])
+def test_unknown_tool_argument_is_refused_naming_the_one_meant(server, keys, orm, path, tool, arguments, name, meant):
+    """An argument a tool does not take is a tool error naming it and the argument meant, on every profile, and
+    nothing starts; every tool's input schema says so (additionalProperties: false), its properties unchanged."""
+    from terminals.models import ApiKey, TerminalSession
+
+    owner = ApiKey.objects.for_key(keys["alice"]).user
+    before = TerminalSession.objects.filter(owner=owner).count()
+
+    async def scenario():
+        async with connect(server.url, keys["alice"], path) as client:
+            listed = await client.list_tools()
+            return await client.call_tool(tool, arguments), listed.tools
+
+    answer, tools = run(scenario())
+    assert answer.is_error and f"unknown argument {name!r}" in text(answer), text(answer)
+    if meant is not None:
+        assert f"did you mean {meant!r}?" in text(answer), text(answer)
+    assert all(listed.input_schema.get("additionalProperties") is False for listed in tools)
+    assert TerminalSession.objects.filter(owner=owner).count() == before

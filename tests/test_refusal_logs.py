@@ -12,13 +12,14 @@ from .servers import wait_for
 
 @pytest.mark.embedded_only("the log read is the embedded server's own process")
 def test_each_refusal_is_one_log_line_without_traceback(server, keys, alice, anonymous):
-    marker = uuid.uuid4().hex[:12]
+    # The marker rides in what each request may carry (an unknown query parameter would be refused, 400).
+    marker = str(uuid.uuid4())
     log = server.processes[0]
     refused = [
-        (anonymous.get(f"/api/terminals?tag={marker}"), "401 UNAUTHORIZED"),
-        (alice.get(f"/api/terminals/{uuid.uuid4()}?tag={marker}"), "404 TERMINAL_NOT_FOUND"),
+        (anonymous.get(f"/api/terminals?sessionId={marker}"), "401 UNAUTHORIZED"),
+        (alice.get(f"/api/terminals/{marker}"), "404 TERMINAL_NOT_FOUND"),
         (alice.get(f"/api/nowhere-{marker}"), "404 NOT_FOUND"),
-        (alice.get("/api/terminals", headers={"Authorization": f"Token {keys['bob']}"}, params={"tag": marker}),
+        (alice.get("/api/terminals", headers={"Authorization": f"Token {keys['bob']}"}, params={"sessionId": marker}),
          "200"),  # a valid X-API-Key with a stray Authorization header is accepted; not a refusal
     ]
     assert [response.status_code for response, _ in refused] == [401, 404, 404, 200]

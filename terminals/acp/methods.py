@@ -5,7 +5,9 @@ Decisions the protocol leaves open:
 - Calls of a batch run one after another, in order; one failing call never affects the others.
   A batch holds at most MAX_BATCH calls, since the request throttle counts a batch once.
 - params is an object (by name). Omitted or null params count as {}; an array is Invalid params.
-  Parameters this server does not know are ignored, as is an optional parameter given as null.
+  A parameter the method's schema does not name is Invalid params (-32602), its data naming it and the parameter
+  probably meant: a misspelt option (cwdir) must not look obeyed. ACP reserves the root names for the protocol and
+  puts an implementation's own in _meta, which every method takes. An optional parameter given as null is ignored.
 - sessionId is a non-empty string of at most 200 characters. A terminal answers only to the
   sessionId it was created with; any other answers exactly like an unknown terminal.
 - terminal/wait_for_exit waits at most settings.TERMINALS["MAX_WAIT_MS"]; after that it answers
@@ -33,7 +35,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from .. import json_input, sessions
+from .. import field_names, json_input, sessions
 from ..audit import Actor
 from ..exceptions import ServiceError, TerminalNotFound
 from ..models import LARGEST_OUTPUT_BYTE_LIMIT
@@ -238,7 +240,16 @@ def _parse(request, request_id) -> tuple[str, dict]:
         raise RpcError(METHOD_NOT_FOUND, {"method": method})
     if isinstance(params, list):
         raise _invalid("params", "must be an object of named parameters")
+    _refuse_unknown(method, params or {})
     return method, params or {}
+
+
+def _refuse_unknown(method: str, params: dict) -> None:
+    accepted = PARAMS[method]
+    names = field_names.unknown(params, accepted)
+    if names:
+        raise RpcError(INVALID_PARAMS, {"field": field_names.shown(names[0]), "accepted": sorted(accepted),
+                                        "message": field_names.problem(names[0], accepted, "parameter")})
 
 
 def _uuid_or_none(value) -> uuid.UUID | None:
@@ -387,6 +398,16 @@ def terminal_release(actor: Actor, params: dict) -> dict:
     sessions.session_terminate(actor=actor, terminal_id=_terminal(actor, params))
     return {}
 
+
+# The params each method takes: the ACP schema's, _meta included (tests/acp-terminal-schema.json).
+ADDRESSED = frozenset({"sessionId", "terminalId", "_meta"})
+PARAMS: dict[str, frozenset[str]] = {
+    "terminal/create": frozenset({"sessionId", "command", "args", "env", "cwd", "outputByteLimit", "_meta"}),
+    "terminal/output": ADDRESSED,
+    "terminal/wait_for_exit": ADDRESSED,
+    "terminal/kill": ADDRESSED,
+    "terminal/release": ADDRESSED,
+}
 
 METHODS: dict[str, Callable[[Actor, dict], object]] = {
     "terminal/create": terminal_create,

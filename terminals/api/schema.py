@@ -102,6 +102,12 @@ class DescribedAutoSchema(AutoSchema):
             return OPERATIONS.get((view, method))
         return OPERATIONS.get((f"{view}.{action}", method)) or OPERATIONS.get((action, method))
 
+    def _map_basic_serializer(self, serializer, direction):
+        schema = super()._map_basic_serializer(serializer, direction)
+        if direction == "request" and getattr(serializer, "refuses_unknown_fields", False):
+            schema["additionalProperties"] = False  # RequestSerializer refuses any other field
+        return schema
+
     def get_summary(self):
         described = self._described()
         return described[0] if described else super().get_summary()

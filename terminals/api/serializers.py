@@ -8,7 +8,8 @@ from django.conf import settings
 from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
-from .. import json_input
+from .. import field_names, json_input
+from ..exceptions import InvalidInput
 from ..models import LARGEST_OUTPUT_BYTE_LIMIT, AuditEvent, TerminalSession
 from ..runtime.buffer import MODES
 from ..sessions import SIGNALS
@@ -28,6 +29,41 @@ class WholeNumber(serializers.IntegerField):
         kwargs.setdefault("max_value", json_input.LARGEST_STORED_INTEGER)
         kwargs.setdefault("min_value", -json_input.LARGEST_STORED_INTEGER - 1)
         super().__init__(**kwargs)
+
+
+class Choice(serializers.ChoiceField):
+    """A choice whose refusal lists the valid choices, so the caller can pick one without reading the docs."""
+
+    default_error_messages = {"invalid_choice": '"{input}" is not a valid choice; choose one of: {choices}.'}
+
+    def to_internal_value(self, data):
+        if data == "" and self.allow_blank:
+            return ""
+        try:
+            return self.choice_strings_to_values[str(data)]
+        except KeyError:
+            self.fail("invalid_choice", input=field_names.shown(data), choices=", ".join(map(str, self.choices)))
+
+
+class RequestSerializer(serializers.Serializer):
+    """A request's body (or query string): a name it does not declare is refused, naming it and the name probably
+    meant, before any field is read. Every request serializer of the API derives from this one."""
+
+    refuses_unknown_fields = True  # the OpenAPI document says so: additionalProperties false (schema.py)
+
+    def to_internal_value(self, data):
+        if hasattr(data, "keys"):
+            refuse_unknown(data.keys(), self.fields, "field")
+        return super().to_internal_value(data)
+
+
+def refuse_unknown(given, accepted, kind: str) -> None:
+    """400 INVALID_INPUT for the names in given that are not accepted: each with what was probably meant."""
+    names = field_names.unknown(given, accepted)
+    if names:
+        problems = {field_names.shown(name): [field_names.problem(name, accepted, kind)] for name in names}
+        raise InvalidInput("; ".join(problem for (problem,) in problems.values()),
+                           {"fields": problems, "accepted": sorted(accepted)})
 
 
 class EnvField(serializers.Field):
@@ -51,7 +87,7 @@ class EnvField(serializers.Field):
         return value
 
 
-class TerminalCreateSerializer(serializers.Serializer):
+class TerminalCreateSerializer(RequestSerializer):
     shell = serializers.CharField(required=False, allow_blank=True, max_length=4096)
     command = serializers.CharField(required=False, max_length=4096, help_text="Run this program directly instead of a shell")
     args = serializers.ListField(child=serializers.CharField(allow_blank=True, trim_whitespace=False), required=False, max_length=1000)
@@ -105,16 +141,16 @@ def _at_most(value: int, limit: int) -> int:
     return value
 
 
-class TerminalInputSerializer(serializers.Serializer):
+class TerminalInputSerializer(RequestSerializer):
     input = serializers.CharField(allow_blank=True, trim_whitespace=False)
     appendNewline = serializers.BooleanField(required=False, default=True)
     eof = serializers.BooleanField(required=False, default=False, help_text="Close the program's input (pty: false)")
 
 
-class ReadOptionsSerializer(serializers.Serializer):
+class ReadOptionsSerializer(RequestSerializer):
     """How much of a text to show: the modes of the REST contract, and escape-sequence stripping."""
 
-    mode = serializers.ChoiceField(choices=MODES, required=False, default="full")
+    mode = Choice(choices=MODES, required=False, default="full")
     headLines = WholeNumber(required=False, default=50, min_value=0, max_value=_limit("MAX_OUTPUT_LINES"))
     tailLines = WholeNumber(required=False, default=50, min_value=0, max_value=_limit("MAX_OUTPUT_LINES"))
     maxLines = WholeNumber(required=False, default=1000, min_value=1, max_value=_limit("MAX_OUTPUT_LINES"))
@@ -143,7 +179,7 @@ class OutputQuerySerializer(ReadOptionsSerializer):
     sinceTime = serializers.DateTimeField(required=False, help_text="Lines that arrived at or after this time")
     fromByte = WholeNumber(required=False, min_value=0, help_text="Read by byte offset instead of line")
     maxBytes = WholeNumber(required=False, default=65536, min_value=1, max_value=_limit("MAX_READ_BYTES"))
-    stream = serializers.ChoiceField(choices=STREAMS, required=False, default="both")
+    stream = Choice(choices=STREAMS, required=False, default="both")
     follow = serializers.BooleanField(required=False, default=False,
                                       help_text="Stream as Server-Sent Events until the process exits")
 
@@ -187,14 +223,14 @@ class WaitQuerySerializer(ReadOptionsSerializer):
         return _at_most(value, _limit("MAX_WAIT_MS"))
 
 
-class SignalSerializer(serializers.Serializer):
-    signal = serializers.ChoiceField(choices=SIGNALS, required=False, default="SIGINT")
+class SignalSerializer(RequestSerializer):
+    signal = Choice(choices=SIGNALS, required=False, default="SIGINT")
 
     def to_internal_value(self, data):
         return super().to_internal_value(_signal_name(data))
 
 
-class ResizeSerializer(serializers.Serializer):
+class ResizeSerializer(RequestSerializer):
     cols = WholeNumber(min_value=1, max_value=_limit("MAX_COLS"))
     rows = WholeNumber(min_value=1, max_value=_limit("MAX_ROWS"))
 
@@ -213,8 +249,8 @@ def _signal_name(data):
     return data
 
 
-class TerminateSerializer(serializers.Serializer):
-    signal = serializers.ChoiceField(choices=SIGNALS, required=False, default="SIGTERM")
+class TerminateSerializer(RequestSerializer):
+    signal = Choice(choices=SIGNALS, required=False, default="SIGTERM")
     force = serializers.BooleanField(required=False, default=False, help_text="SIGKILL at once")
     gracefulTimeoutMs = WholeNumber(required=False, min_value=0, max_value=_limit("MAX_WAIT_MS"),
                                                  help_text="Time before SIGKILL")
@@ -226,8 +262,8 @@ class TerminateSerializer(serializers.Serializer):
         return _at_most(value, _limit("MAX_WAIT_MS"))
 
 
-class ListQuerySerializer(serializers.Serializer):
-    status = serializers.ChoiceField(
+class ListQuerySerializer(RequestSerializer):
+    status = Choice(
         choices=["active", "all", *TerminalSession.Status.values], required=False, default="active"
     )
     sessionId = serializers.CharField(
@@ -235,7 +271,7 @@ class ListQuerySerializer(serializers.Serializer):
     )
 
 
-class AuditQuerySerializer(serializers.Serializer):
+class AuditQuerySerializer(RequestSerializer):
     terminal = serializers.UUIDField(required=False, help_text="only events of this terminal")
     action = serializers.CharField(required=False, max_length=32, help_text="only this action, e.g. input")
     outcome = serializers.CharField(required=False, max_length=64,
@@ -247,7 +283,7 @@ class AuditQuerySerializer(serializers.Serializer):
     untilTime = serializers.DateTimeField(required=False, help_text="events before this time (ISO 8601)")
     since = serializers.DateTimeField(required=False, help_text="the former name of sinceTime")
     until = serializers.DateTimeField(required=False, help_text="the former name of untilTime")
-    ordering = serializers.ChoiceField(required=False, choices=["-at", "at"], default="-at",
+    ordering = Choice(required=False, choices=["-at", "at"], default="-at",
                                        help_text="-at: newest first (the default); at: oldest first")
 
 
@@ -386,7 +422,7 @@ class StatsSerializer(serializers.Serializer):
     lastInputByte = serializers.IntegerField(help_text="Where the output stood when input last arrived")
 
 
-class OutputWaitSerializer(serializers.Serializer):
+class OutputWaitSerializer(RequestSerializer):
     pattern = serializers.CharField(required=False, default="", allow_blank=True, trim_whitespace=False,
                                     max_length=1000, help_text="A regular expression to wait for in the output "
                                                                "(escape sequences stripped)")

@@ -15,7 +15,7 @@ from rest_framework.views import APIView
 
 from .. import json_input, live_connections, recordings, sessions
 from ..audit import Actor
-from ..exceptions import ErrorEnvelope, InvalidInput, NotFound
+from ..exceptions import NO_JSON, ErrorEnvelope, InvalidInput, NotFound
 from ..models import AuditEvent
 from ..openapi import extend_schema
 from ..redaction import redact
@@ -41,6 +41,29 @@ def valid(serializer_class, data) -> dict:
     return serializer.validated_data
 
 
+class StrictRequest:
+    """What DRF would silently ignore is refused before the action runs, so a misspelt option never looks obeyed:
+    a query parameter the action does not read (400 naming it and the one probably meant), and a body sent without
+    a Content-Type (which DRF reads as no body at all). Bodies are checked by the serializers (RequestSerializer)."""
+
+    # The serializer whose fields are the query parameters an action reads; an action not named here reads none.
+    query_serializers: dict = {}
+    extra_query_parameters: frozenset = frozenset()
+
+    def initial(self, request, *args, **kwargs):
+        super().initial(request, *args, **kwargs)
+        if not request.content_type and _has_body(request):
+            raise InvalidInput(f"the body has no Content-Type header; {NO_JSON}")
+        reads = self.query_serializers.get(getattr(self, "action", None) or request.method.lower())
+        accepted = {*(reads().fields if reads else ()), *self.extra_query_parameters}
+        s.refuse_unknown(request.query_params.keys(), accepted, "query parameter")
+
+
+def _has_body(request) -> bool:
+    length = request.META.get("CONTENT_LENGTH") or "0"
+    return (length.isdigit() and int(length) > 0) or "HTTP_TRANSFER_ENCODING" in request.META
+
+
 class AsciicastRenderer(renderers.JSONRenderer):
     """Lets a client ask for the recording by its media type (Accept: application/x-asciicast); the file itself
     goes out as it is, and an error still as the JSON envelope."""
@@ -50,11 +73,15 @@ class AsciicastRenderer(renderers.JSONRenderer):
 
 
 @extend_schema(tags=["terminals"])
-class TerminalViewSet(viewsets.ViewSet):
+class TerminalViewSet(StrictRequest, viewsets.ViewSet):
     """The seven endpoints of the REST contract, minus health."""
 
     lookup_value_regex = "[^/]+"
     throttle_classes = [ApiKeyRateThrottle, CreateRateThrottle]
+    query_serializers = {
+        "list": s.ListQuerySerializer, "destroy": s.TerminateSerializer, "output": s.OutputQuerySerializer,
+        "command": s.ReadOptionsSerializer, "command_wait": s.WaitQuerySerializer, "wait": s.WaitQuerySerializer,
+    }
 
     @extend_schema(parameters=[s.ListQuerySerializer], responses={200: s.enveloped(s.TerminalListSerializer), **ERRORS})
     def list(self, request):
@@ -238,7 +265,7 @@ def _query_and_body(request) -> dict:
 HEALTH = s.enveloped(s.HealthSerializer)
 
 
-class HealthView(APIView):
+class HealthView(StrictRequest, APIView):
     """Liveness of the service, its database and its worker; needs no key."""
 
     authentication_classes: list = []
@@ -275,7 +302,7 @@ class ReadinessView(HealthView):
         return ok(report, status=200 if report["status"] == "ready" else 503)
 
 
-class MetricsView(APIView):
+class MetricsView(StrictRequest, APIView):
     """Prometheus metrics of this process and of the deployment (docs/operations.md); staff only."""
 
     permission_classes = [permissions.IsAdminUser]
@@ -291,10 +318,6 @@ class MetricsView(APIView):
                               **ERRORS, 403: ErrorEnvelope})
     def get(self, request):
         return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)
-
-
-# What GET /api/audit takes; anything else is refused, so a misspelt filter cannot look like an empty result.
-AUDIT_PARAMETERS = {*s.AuditQuerySerializer().fields, "page", "pageSize"}
 
 
 class AuditPagination(pagination.PageNumberPagination):
@@ -335,12 +358,15 @@ class AuditPagination(pagination.PageNumberPagination):
 
 
 @extend_schema(tags=["audit"])
-class AuditViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
-    """The audit trail: staff see every event, others their own."""
+class AuditViewSet(StrictRequest, mixins.ListModelMixin, viewsets.GenericViewSet):
+    """The audit trail: staff see every event, others their own. A misspelt filter is refused (StrictRequest), so it
+    cannot look like a filter that matched everything."""
 
     serializer_class = s.AuditEventSerializer
     pagination_class = AuditPagination
     audit_action = "audit"
+    query_serializers = {"list": s.AuditQuerySerializer}
+    extra_query_parameters = frozenset({AuditPagination.page_query_param, AuditPagination.page_size_query_param})
 
     @extend_schema(parameters=[s.AuditQuerySerializer], responses={200: s.AuditEventSerializer(many=True), **ERRORS})
     def list(self, request, *args, **kwargs):
@@ -348,11 +374,8 @@ class AuditViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
 
     def get_queryset(self):
         params = self.request.query_params
-        unknown = sorted(set(params) - AUDIT_PARAMETERS)
-        if unknown:
-            raise InvalidInput(f"unknown query parameter {redact(unknown[0])[:40]!r}; the audit list takes "
-                               f"{', '.join(sorted(AUDIT_PARAMETERS))}", {"accepted": sorted(AUDIT_PARAMETERS)})
-        query = valid(s.AuditQuerySerializer, params)
+        query = valid(s.AuditQuerySerializer, {name: params[name] for name in params
+                                               if name not in self.extra_query_parameters})
         events = AuditEvent.objects.visible_to(self.request.user)
         filters = {
             "terminal_id": query.get("terminal"),

@@ -8,7 +8,7 @@ from channels.db import DatabaseSyncToAsync
 from rest_framework.exceptions import AuthenticationFailed
 
 from ..audit import Actor
-from ..auth import HOW_TO_SEND, key_from_headers, usable_key
+from ..auth import key_from_headers, missing_key_problem, usable_key
 
 SCOPE_KEY = "terminals.actor"  # where the transport leaves the caller, for the tools to find
 
@@ -41,5 +41,5 @@ async def authenticate(scope) -> Actor | Refusal:
     headers = headers_of(scope)
     key = key_from_headers(headers.get("x-api-key", ""), headers.get("authorization", ""))
     if key is None:
-        return Refusal(401, "UNAUTHORIZED", f"No API key: {HOW_TO_SEND}")
+        return Refusal(401, "UNAUTHORIZED", missing_key_problem(headers.get("authorization", "")))
     return await DatabaseSyncToAsync(_check, thread_sensitive=False)(key, f"{client_address(scope)} (MCP)")

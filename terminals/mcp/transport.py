@@ -39,9 +39,13 @@ PREFIX = "/mcp"
 def _profiles() -> dict[str, object]:
     """Each path's MCPServer, built on first use (importing the SDK takes a moment)."""
     from . import komodo, persistent_terminal, terminally, tools
+    from .arguments import refuse_unknown_arguments
 
-    return {"/mcp": tools.server(), "/mcp/terminally": terminally.server(), "/mcp/komodo": komodo.server(),
-            "/mcp/persistent-terminal": persistent_terminal.server()}
+    servers = {"/mcp": tools.server(), "/mcp/terminally": terminally.server(), "/mcp/komodo": komodo.server(),
+               "/mcp/persistent-terminal": persistent_terminal.server()}
+    for server in servers.values():
+        refuse_unknown_arguments(server)
+    return servers
 
 
 class McpEndpoint:

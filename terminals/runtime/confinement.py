@@ -63,12 +63,16 @@ class Account:
         """Whether this account may enter the directory path (every component searchable)."""
         if self.uid == 0:
             return os.path.isdir(path)
+        return self.blocked_at(path) is None
+
+    def blocked_at(self, path: str) -> str | None:
+        """The first directory on the way to path that this account may not search (enter); None when none is."""
         current = Path("/")
         for part in [*Path(path).parts[1:], None]:
             try:
                 info = current.stat()
             except OSError:
-                return False
+                return str(current)
             if info.st_uid == self.uid:
                 allowed = info.st_mode & 0o100
             elif info.st_gid in self.groups or info.st_gid == self.gid:
@@ -76,11 +80,11 @@ class Account:
             else:
                 allowed = info.st_mode & 0o001
             if not allowed:
-                return False
+                return str(current)
             if part is None:
-                return True
+                return None
             current = current / part
-        return True
+        return None
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from .. import records
 from ..clock import now as database_now
 from ..database_threads import DatabaseThreads
 from ..exceptions import ServiceError
-from ..environment import PER_USER, SERVICE, homes_base, run_as_policy
+from ..environment import PER_USER, SERVICE, homes_base, run_as_policy, unenterable
 from ..runtime import confinement as confine
 from ..runtime import integrity, sealed
 from ..runtime.accounts import provision, unix_name
@@ -594,8 +594,8 @@ class TerminalWorker:
         _allowed_size(message)
         spec = SpawnSpec(argv=message["argv"], cwd=message["cwd"], env=env, cols=message["cols"], rows=message["rows"])
         if account is not None and not account.can_enter(spec.cwd):
-            raise InvalidRequest(f"cwd: {spec.cwd!r} cannot be entered by account {account.name!r}",
-                                 fields={"cwd": [f"cannot be entered by account {account.name!r}"]})
+            problem = unenterable(spec.cwd, spec.cwd, account)
+            raise InvalidRequest(f"cwd: {problem}", fields={"cwd": [problem]})
         limit = message.get("output_byte_limit")
         plan = message.get("recording")
         recording = self.recordings.open(plan, spec.cols, spec.rows) if plan else None
