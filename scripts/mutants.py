@@ -225,4 +225,64 @@ MUTANTS = [
         '''            pass''',
         ("tests/test_runtime_pty.py::test_a_paste_is_written_no_faster_than_its_echo_is_read_and_never_waits_on_echo_that_does_not_come",),
     ),
+    Mutant(
+        "rest-unknown-fields-ignored", "an unknown body field is refused, not ignored",
+        "terminals/api/serializers.py",
+        '''            refuse_unknown(data.keys(), self.fields, "field")''',
+        '''            pass''',
+        ("tests/test_api_first_contact.py::test_unknown_body_field_is_refused_naming_the_field_meant",),
+    ),
+    Mutant(
+        "rest-unknown-query-ignored", "an unknown query parameter is refused, not ignored",
+        "terminals/api/views.py",
+        '''        s.refuse_unknown(request.query_params.keys(), accepted, "query parameter")''',
+        '''        pass''',
+        ("tests/test_api_first_contact.py::test_unknown_query_parameter_is_refused_naming_the_one_meant",),
+    ),
+    Mutant(
+        "mcp-wait-cap", "no MCP call waits past TERMINALS_MCP_MAX_WAIT_MS",
+        "terminals/mcp/calls.py",
+        '''    return int(min(timeout_ms, settings.TERMINALS["MCP_MAX_WAIT_MS"]))''',
+        '''    return int(timeout_ms)''',
+        ("tests/test_mcp.py::test_no_mcp_call_waits_past_the_mcp_bound_and_the_command_can_be_waited_for_next",),
+    ),
+    Mutant(
+        "api-command-echo-shown", "a watcher sees an API command as given, never the wrapper typed for it",
+        "terminals/runtime/shell.py",
+        '''            self._hold_echo(record, len(typed))''',
+        '''            pass''',
+        ("tests/test_shown_commands.py::test_an_api_command_is_shown_as_given_in_the_byte_and_line_output",),
+    ),
+    Mutant(
+        "held-echo-kept-from-caller", "output held for a command answered before it began is its caller's to read",
+        "terminals/runtime/shell.py",
+        '''        if self._held is not None and self._held.record is record:''',
+        '''        if False:''',
+        ("tests/test_command_integrity.py::test_stolen_typed_input_gives_no_secret",),
+    ),
+    Mutant(
+        "create-audit-check", "a create on a locked database answers AUDIT_UNAVAILABLE before any worker is asked",
+        "terminals/sessions.py",
+        '''    require_audit_writable()
+    return worker_client.request_sync(
+        _creation_channel(host),''',
+        '''    return worker_client.request_sync(
+        _creation_channel(host),''',
+        ("tests/test_audit_unavailable.py::test_a_create_while_the_database_is_locked_answers_audit_unavailable_within_the_busy_timeout",),
+    ),
+    Mutant(
+        "ws-unknown-path", "an unknown WebSocket path closes 4404 instead of an HTTP 500",
+        "terminals/live/routing.py",
+        ''',
+                         re_path(r"", UnknownPath.as_asgi())]''',
+        ''']''',
+        ("tests/test_live.py::test_live_path_without_its_slash_attaches_and_unknown_paths_close_4404",),
+    ),
+    Mutant(
+        "remove-accounts-while-running", "remove_accounts removes nothing while their terminals run",
+        "terminals/management/commands/remove_accounts.py",
+        '''if not active.exists() and not running:''',
+        '''if True:''',
+        ("tests/test_remove_accounts.py::test_remove_accounts_removes_only_what_the_service_made_and_never_while_a_terminal_runs",),
+    ),
 ]
