@@ -570,6 +570,7 @@ def session_wait_output(*, actor: Actor, terminal_id, pattern: str = "", timeout
     limit = settings.TERMINALS["MAX_READ_BYTES"]
     text, position, first, truncated = "", start, None, False
     hold, checked = access.hold_of(actor, record.id), time.monotonic()
+    read_after_waiting = False
     with live_connections.holding(actor.user):  # a wait is a live connection of its user, under the same cap
         while True:
             if time.monotonic() - checked >= access.CHECK_SECONDS:  # access taken away meanwhile ends the wait
@@ -584,6 +585,11 @@ def session_wait_output(*, actor: Actor, terminal_id, pattern: str = "", timeout
             text = (text + read["chunk"])[-limit:]
             position = read["nextByte"]
             outcome, matched = _wait_outcome(record, compiled, text, read, until_input, deadline)
+            if outcome == "waiting_for_input" and not read_after_waiting:
+                # Seen waiting after the output was read: what it printed just before (its prompt) may have come
+                # between the two. Read once more, and search it, before answering.
+                read_after_waiting = True
+                continue
             if outcome is not None:
                 return {"terminalId": str(record.id), "outcome": outcome, "match": matched, "output": text,
                         "fromByte": first, "nextByte": position, "truncated": truncated,
