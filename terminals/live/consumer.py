@@ -228,7 +228,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             finally:
                 try:
                     await database_threads.run(audit, self.actor, "detach", terminal_id=self.terminal_id,
-                                               closeCode=code,
+                                               closeCode=getattr(self, "sent_close", None) or code,
                                                outcome=getattr(self, "access_lost", "ok"))
                 except AuditUnavailable:
                     logger.warning("the detach from terminal %s (close code %s) could not be audited",
@@ -238,6 +238,8 @@ class TerminalConsumer(AsyncWebsocketConsumer):
 
     async def close(self, code=None, reason=None) -> None:
         self.closing = True
+        if getattr(self, "sent_close", None) is None:
+            self.sent_close = code  # what the client is told; daphne may report the end as 1006 (the TCP went first)
         await super().close(code=code, reason=reason)
 
     async def receive(self, text_data=None, bytes_data=None) -> None:
