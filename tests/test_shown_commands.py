@@ -29,9 +29,11 @@ def assert_shown(output: str, *lines: str) -> None:
 
 
 def everything(api, terminal: str) -> tuple[str, str]:
-    """(the raw bytes from byte 0, the line output), both with escapes stripped."""
+    """(the raw bytes from byte 0, the line output), both with escapes stripped. The line output ends every line but
+    its last with a line end; read right after a command returns, before the next prompt, its last line is the
+    command's last, complete: it gets its line end back so that both read alike."""
     raw = api.output(terminal, fromByte=0, maxBytes=1048576, stripAnsi="true")["chunk"]
-    return raw, api.output(terminal, maxLines=10000, stripAnsi="true")["output"]
+    return raw, api.output(terminal, maxLines=10000, stripAnsi="true")["output"] + "\n"
 
 
 @shells

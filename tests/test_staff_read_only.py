@@ -26,10 +26,14 @@ def username(key: str) -> str:
 
 
 async def refused_with_a_reason(base: str, terminal: str, headers: dict, marker: str) -> tuple[list[dict], int]:
-    """Connects interactively, types at once, and returns the frames that came before the close, and its code."""
+    """Connects interactively, types at once, and returns the frames that came before the close, and its code.
+    The refusal may close the connection before the typing is sent: then the send itself meets the close."""
     frames = []
     async with websockets.connect(ws_url(base, terminal), additional_headers=headers, max_size=None) as ws:
-        await ws.send(json.dumps({"type": "input", "data": f"echo {marker}\r"}))
+        try:
+            await ws.send(json.dumps({"type": "input", "data": f"echo {marker}\r"}))
+        except websockets.ConnectionClosed:
+            pass  # the frames received before the close are still read below
         try:
             while True:
                 frames.append(json.loads(await asyncio.wait_for(ws.recv(), 15)))
