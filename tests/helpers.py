@@ -16,6 +16,11 @@ from .servers import ROOT, service_env
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
+def run(coroutine, timeout: float = 120.0):
+    """Runs one test's client side to its end with an overall deadline: a hang fails the test, not the run."""
+    return asyncio.run(asyncio.wait_for(coroutine, timeout))
+
+
 async def eventually(probe, what: str = "a condition", timeout: float = 10.0, interval: float = 0.02):
     """Awaits until probe() (plain or async) answers something true, which it returns; fails naming what once
     timeout seconds have passed. The probes are interval seconds apart, within the deadline."""
@@ -87,3 +92,9 @@ def manage(*args: str, timeout: float = 60, **env: str) -> subprocess.CompletedP
     """Runs `manage.py ARGS` as an operator would, against the tests' database; returns the finished process."""
     return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=service_env(**env),
                           capture_output=True, text=True, timeout=timeout)
+
+
+def names_field(error: dict, field: str) -> bool:
+    """The error envelope names field: as its one field, or among the fields a validation refused."""
+    details = error.get("details") or {}
+    return details.get("field") == field or field in (details.get("fields") or {})

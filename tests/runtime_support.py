@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import threading
@@ -55,6 +56,15 @@ async def wait_until(predicate: Callable[[], bool], *, timeout: float = 10.0, se
             await session.wait_for_output(min(remaining, 0.05))
         else:
             await asyncio.sleep(min(remaining, 0.01))
+
+
+@contextlib.asynccontextmanager
+async def cleaned_up(session):
+    """`async with cleaned_up(spawn(...)) as session:` the session, ended and freed however the block ends."""
+    try:
+        yield session
+    finally:
+        await cleanup(session)
 
 
 async def cleanup(session) -> None:

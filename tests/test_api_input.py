@@ -14,7 +14,7 @@ import pytest
 from terminals.models import AuditEvent
 
 from .client import Api
-from .helpers import printed
+from .helpers import names_field, printed
 from .own_database import create_key, own_database, sqlite_path
 from .servers import start_embedded, wait_for
 
@@ -24,11 +24,6 @@ def audited_inputs(terminal: str) -> list[dict]:
         {"input": event.details.get("input"), "outcome": event.outcome}
         for event in AuditEvent.objects.filter(terminal_id=terminal, action="input").order_by("id")
     ]
-
-
-def names_field(error: dict, field: str) -> bool:
-    details = error.get("details") or {}
-    return details.get("field") == field or field in (details.get("fields") or {})
 
 
 def children_named(pid: int, name: str) -> list[int]:

@@ -12,7 +12,7 @@ from terminals.models import AuditEvent, TerminalSession
 
 from .client import Api
 from .conftest import make_key
-from .helpers import clean
+from .helpers import clean, names_field
 from .servers import start_embedded, start_split, wait_for
 
 MAX_PER_USER = 3
@@ -20,11 +20,6 @@ MAX_INPUT_BYTES = 1024
 MAX_BUFFER_LINES = 100
 MAX_BUFFER_BYTES = 65536
 MAX_ENV_VARS = 5
-
-
-def names_field(error: dict, field: str) -> bool:
-    details = error.get("details") or {}
-    return details.get("field") == field or field in (details.get("fields") or {})
 
 
 @pytest.fixture(scope="module", params=["embedded", "split"])

@@ -10,7 +10,7 @@ import pytest
 from terminals.models import AuditEvent
 
 from .client import Api
-from .helpers import printed
+from .helpers import names_field, printed
 from .servers import wait_for
 
 # Accepted signals whose default action ends a process (sleep keeps every default); SIGTSTP and SIGCONT are tested apart.
@@ -48,11 +48,6 @@ def signal(api: Api, terminal: str, body=None):
 
 def audited(terminal: str, action: str) -> list[AuditEvent]:
     return list(AuditEvent.objects.filter(terminal_id=terminal, action=action, outcome="ok").order_by("id"))
-
-
-def names_field(error: dict, field: str) -> bool:
-    details = error.get("details") or {}
-    return details.get("field") == field or field in (details.get("fields") or {})
 
 
 def assert_invalid(response, field: str) -> None:

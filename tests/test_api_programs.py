@@ -11,14 +11,10 @@ import pytest
 from terminals.models import AuditEvent
 
 from .client import Api
+from .helpers import names_field
 from .servers import wait_for
 
 SLACK = 4096  # the output buffer evicts once it is this far over its byte limit (at least 4096 bytes)
-
-
-def names_field(error: dict, field: str) -> bool:
-    details = error.get("details") or {}
-    return details.get("field") == field or field in (details.get("fields") or {})
 
 
 def assert_invalid(response, field: str | None = None) -> dict:

@@ -20,6 +20,7 @@ from terminals.models import ApiKey, AuditEvent
 
 from .client import Api
 from .conftest import make_key
+from .helpers import run
 from .servers import ROOT, service_env, start_embedded, wait_for
 
 FRAME_TIMEOUT = 15.0  # the longest any single expected frame may take
@@ -140,11 +141,6 @@ async def refusal(base: str, terminal: str, headers: dict | None = None, **query
         except websockets.ConnectionClosed as closed:
             return closed.rcvd.code
     raise AssertionError(f"expected the connection to be refused, got the frame {message}")
-
-
-def run(coroutine, timeout: float = 60.0):
-    """Runs one test's client side with an overall deadline."""
-    return asyncio.run(asyncio.wait_for(coroutine, timeout))
 
 
 def web_urls(server) -> list[str]:

@@ -10,7 +10,6 @@ import asyncio
 import json
 import threading
 import time
-import uuid
 
 import pytest
 import requests

@@ -17,7 +17,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from terminals.models import AuditEvent
 
-from .helpers import eventually
+from .helpers import eventually, run
 from .servers import start_embedded
 
 SEED_001 = {  # tool: (properties and their JSON types, required), as the PRD defines them
@@ -40,10 +40,6 @@ async def connect(url: str, key: str | None, path: str = "/mcp", **headers):
     http = create_mcp_http_client(headers=sent)
     async with Client(streamable_http_client(f"{url}{path}", http_client=http)) as client:
         yield client
-
-
-def run(scenario):
-    return asyncio.run(asyncio.wait_for(scenario, 120))
 
 
 def data(answer) -> dict:

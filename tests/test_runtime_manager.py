@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
-from collections.abc import Callable
 
 import pytest
 
@@ -15,7 +13,7 @@ from terminals.runtime.manager import Limits, SessionManager
 from terminals.runtime.pty import ExitStatus, SpawnSpec
 
 from .helpers import eventually
-from .runtime_support import kill_all
+from .runtime_support import kill_all, run
 
 PROMPT = "READY$ "
 ENV = {"PATH": os.environ["PATH"], "PS1": PROMPT, "TERM": "xterm-256color", "HOME": "/tmp"}
@@ -37,13 +35,6 @@ class Clock:
 
 def spec(argv: list[str]) -> SpawnSpec:
     return SpawnSpec(argv=argv, cwd="/tmp", env=dict(ENV))
-
-
-def run(scenario: Callable[[], object], timeout: float = 30.0) -> None:
-    async def bounded():
-        await asyncio.wait_for(scenario(), timeout)
-
-    asyncio.run(bounded())
 
 
 def output_of(manager: SessionManager, session_id: str) -> str:

@@ -17,7 +17,7 @@ from terminals.runtime.pipes import InputClosed, NoTerminal, PipeSession
 from terminals.runtime.pty import ExitStatus, SpawnSpec
 
 from . import runtime_support as support
-from .runtime_support import cleanup, gone, run, run_with_watchdog, start_heartbeat
+from .runtime_support import cleaned_up, cleanup, gone, run, run_with_watchdog, start_heartbeat
 
 ENV = {"PATH": os.environ["PATH"], "HOME": "/tmp", "LC_ALL": "C"}
 
@@ -65,8 +65,7 @@ def test_stdout_and_stderr_stay_apart():
     """stdout and stderr each land in their own buffer, and the combined buffer holds both."""
 
     async def scenario():
-        session = spawn(["sh", "-c", "echo out; echo err >&2"])
-        try:
+        async with cleaned_up(spawn(["sh", "-c", "echo out; echo err >&2"])) as session:
             assert await session.wait_for_exit(timeout=10) == ExitStatus(exit_code=0, signal=None)
             assert lines(session.stdout) == ["out"]
             assert lines(session.stderr) == ["err"]
@@ -74,8 +73,6 @@ def test_stdout_and_stderr_stay_apart():
             assert session.buffer_for("stdout") is session.stdout
             assert session.buffer_for("stderr") is session.stderr
             assert session.buffer_for("both") is session.buffer
-        finally:
-            await cleanup(session)
 
     run(scenario)
 
@@ -95,8 +92,7 @@ def test_output_is_stamped_with_the_injected_clock():
     now = [1000.0]
 
     async def scenario():
-        session = spawn(["sh", "-c", "echo early; read go; echo late >&2"], clock=lambda: now[0])
-        try:
+        async with cleaned_up(spawn(["sh", "-c", "echo early; read go; echo late >&2"], clock=lambda: now[0])) as session:
             assert session.started_at == 1000.0
             await wait_until(lambda: lines(session.stdout) == ["early"], session=session, what="early")
             now[0] = 2000.0
@@ -107,8 +103,6 @@ def test_output_is_stamped_with_the_injected_clock():
             assert session.last_activity >= 3000.0
             assert session.buffer.line_since_time(3000.0) == 1  # "early" came before
             assert session.stderr.line_since_time(3000.0) == 0
-        finally:
-            await cleanup(session)
 
     run(scenario)
 
@@ -120,13 +114,10 @@ def test_exit_code_is_reported():
     """A program's exit code is its exit status, and is_alive turns false."""
 
     async def scenario():
-        session = spawn(["sh", "-c", "exit 7"])
-        try:
+        async with cleaned_up(spawn(["sh", "-c", "exit 7"])) as session:
             assert await session.wait_for_exit(timeout=10) == ExitStatus(exit_code=7, signal=None)
             assert session.exit_status == ExitStatus(exit_code=7, signal=None)
             assert session.is_alive is False
-        finally:
-            await cleanup(session)
 
     run(scenario)
 
@@ -135,11 +126,8 @@ def test_signal_death_is_reported_by_name():
     """A program killed by a signal reports no exit code and the signal's name."""
 
     async def scenario():
-        session = spawn(["sh", "-c", "kill -USR1 $$"])
-        try:
+        async with cleaned_up(spawn(["sh", "-c", "kill -USR1 $$"])) as session:
             assert await session.wait_for_exit(timeout=10) == ExitStatus(exit_code=None, signal="SIGUSR1")
-        finally:
-            await cleanup(session)
 
     run(scenario)
 
@@ -150,14 +138,11 @@ def test_output_written_right_before_exit_is_all_there():
     seen_at_exit: list[list[str]] = []
 
     async def scenario():
-        session = spawn(["seq", "1", "20000"], on_exit=lambda ended: seen_at_exit.append(lines(ended.stdout)))
-        try:
+        async with cleaned_up(spawn(["seq", "1", "20000"], on_exit=lambda ended: seen_at_exit.append(lines(ended.stdout)))) as session:
             assert await session.wait_for_exit(timeout=10) == ExitStatus(exit_code=0, signal=None)
             assert lines(session.stdout) == expected
             assert lines(session.buffer) == expected
             assert seen_at_exit == [expected]  # called once, with the output complete
-        finally:
-            await cleanup(session)
 
     run(scenario)
 
@@ -166,14 +151,11 @@ def test_exit_is_reported_while_a_background_child_holds_the_pipes():
     """A background child that keeps stdout open delays the exit report only briefly."""
 
     async def scenario():
-        session = spawn(["sh", "-c", "sleep 300 & echo started"])
-        try:
+        async with cleaned_up(spawn(["sh", "-c", "sleep 300 & echo started"])) as session:
             status = await session.wait_for_exit(timeout=5)
             assert status == ExitStatus(exit_code=0, signal=None)
             assert lines(session.stdout) == ["started"]
             assert len(processes.session_members(session.pid)) == 1  # the sleep is still there
-        finally:
-            await cleanup(session)
         assert processes.session_members(session.pid) == []
 
     run(scenario)
@@ -183,13 +165,10 @@ def test_sigpipe_is_at_its_default_in_children():
     """Children do not inherit Python's ignored SIGPIPE: `yes | head -1` ends quietly."""
 
     async def scenario():
-        session = spawn(["sh", "-c", "yes | head -n 1"])
-        try:
+        async with cleaned_up(spawn(["sh", "-c", "yes | head -n 1"])) as session:
             assert await session.wait_for_exit(timeout=10) == ExitStatus(exit_code=0, signal=None)
             assert lines(session.stdout) == ["y"]
             assert lines(session.stderr) == []  # an ignored SIGPIPE makes yes complain of a broken pipe
-        finally:
-            await cleanup(session)
 
     run(scenario)
 
@@ -201,16 +180,13 @@ def test_written_input_reaches_the_program():
     """Bytes written reach the program's stdin, and close_input() ends `cat` with exit code 0."""
 
     async def scenario():
-        session = spawn(["cat"])
-        try:
+        async with cleaned_up(spawn(["cat"])) as session:
             session.write(b"hello\n")
             await wait_until(lambda: lines(session.stdout) == ["hello"], session=session, what="the echo")
             assert session.pending_input == 0
             session.close_input()
             assert await session.wait_for_exit(timeout=10) == ExitStatus(exit_code=0, signal=None)
             assert lines(session.stderr) == []
-        finally:
-            await cleanup(session)
 
     run(scenario)
 
@@ -220,16 +196,13 @@ def test_close_input_waits_for_queued_input_to_be_written():
     size = 3 << 20  # far more than a pipe holds, so most of it is still queued at close_input()
 
     async def scenario():
-        session = spawn(["wc", "-c"], max_pending_input=4 << 20)
-        try:
+        async with cleaned_up(spawn(["wc", "-c"], max_pending_input=4 << 20)) as session:
             session.write(b"z" * size)
             assert session.pending_input > 0
             session.close_input()
             assert await session.wait_for_exit(timeout=10) == ExitStatus(exit_code=0, signal=None)
             assert lines(session.stdout) == [str(size)]
             assert session.pending_input == 0
-        finally:
-            await cleanup(session)
 
     run(scenario)
 
@@ -238,8 +211,7 @@ def test_write_after_close_input_raises_input_closed():
     """Once input is closed, write() raises InputClosed (the client's mistake), and closing again is harmless."""
 
     async def scenario():
-        session = spawn(["sleep", "600"])
-        try:
+        async with cleaned_up(spawn(["sleep", "600"])) as session:
             session.close_input()
             session.close_input()
             with pytest.raises(InputClosed) as raised:
@@ -247,8 +219,6 @@ def test_write_after_close_input_raises_input_closed():
             assert raised.value.code == "INVALID_INPUT"
             assert raised.value.message.startswith("input was closed")
             assert session.is_alive is True
-        finally:
-            await cleanup(session)
 
     run(scenario)
 
@@ -257,14 +227,11 @@ def test_write_after_exit_raises_session_inactive():
     """Once the program has ended, write() raises SessionInactive."""
 
     async def scenario():
-        session = spawn(["true"])
-        try:
+        async with cleaned_up(spawn(["true"])) as session:
             assert await session.wait_for_exit(timeout=10) == ExitStatus(exit_code=0, signal=None)
             with pytest.raises(SessionInactive) as raised:
                 session.write(b"anyone?\n")
             assert raised.value.code == "TERMINAL_INACTIVE"
-        finally:
-            await cleanup(session)
 
     run(scenario)
 
@@ -274,8 +241,7 @@ def test_write_to_a_program_that_closed_its_stdin_raises_write_failed():
 
     async def scenario():
         errors = recording_loop_errors()
-        session = spawn(["sh", "-c", "exec 0<&-; echo closed; exec sleep 600"])
-        try:
+        async with cleaned_up(spawn(["sh", "-c", "exec 0<&-; echo closed; exec sleep 600"])) as session:
             await wait_until(lambda: lines(session.stdout) == ["closed"], session=session, what="stdin to close")
             with pytest.raises(WriteFailed) as raised:
                 session.write(b"hello\n")
@@ -285,8 +251,6 @@ def test_write_to_a_program_that_closed_its_stdin_raises_write_failed():
             assert session.pending_input == 0
             assert session.is_alive is True
             assert errors == []
-        finally:
-            await cleanup(session)
 
     run(scenario)
 
@@ -296,16 +260,13 @@ def test_program_that_exits_with_input_queued_does_not_break_the_loop():
 
     async def scenario():
         errors = recording_loop_errors()
-        session = spawn(["head", "-c", "1"])
-        try:
+        async with cleaned_up(spawn(["head", "-c", "1"])) as session:
             session.write(b"q" * (512 << 10))
             assert session.pending_input > 0
             assert await session.wait_for_exit(timeout=10) == ExitStatus(exit_code=0, signal=None)
             await wait_until(lambda: session.pending_input == 0, session=session, what="the queue to be dropped")
             assert lines(session.stdout) == ["q"]
             assert errors == []
-        finally:
-            await cleanup(session)
 
     run(scenario)
 
@@ -363,8 +324,7 @@ def test_terminate_ends_the_process_group_including_a_background_child():
     """terminate() ends the program and its background child: no process of its session is left."""
 
     async def scenario():
-        session = spawn(["sh", "-c", "sleep 300 & sleep 301"])
-        try:
+        async with cleaned_up(spawn(["sh", "-c", "sleep 300 & sleep 301"])) as session:
             await wait_until(lambda: {"sleep 300", "sleep 301"} <= set(commands(session)), session=session,
                              what="both sleeps")
             members = processes.session_members(session.pid)
@@ -375,8 +335,6 @@ def test_terminate_ends_the_process_group_including_a_background_child():
             assert session.terminating is True
             assert processes.session_members(session.pid) == []
             assert all(gone(pid) for pid in members)
-        finally:
-            await cleanup(session)
 
     run(scenario)
 
@@ -385,14 +343,11 @@ def test_terminate_kills_what_survives_the_grace_period():
     """A program that ignores SIGTERM is killed with SIGKILL after the grace period."""
 
     async def scenario():
-        session = spawn(["sh", "-c", "trap '' TERM; echo trapped; exec sleep 600"])
-        try:
+        async with cleaned_up(spawn(["sh", "-c", "trap '' TERM; echo trapped; exec sleep 600"])) as session:
             await wait_until(lambda: lines(session.stdout) == ["trapped"], session=session, what="the trap")
             status = await session.terminate(grace=0.2)
             assert status == ExitStatus(exit_code=None, signal="SIGKILL")
             assert processes.session_members(session.pid) == []
-        finally:
-            await cleanup(session)
 
     run(scenario)
 
@@ -401,14 +356,11 @@ def test_signal_foreground_signals_the_program_group():
     """signal_foreground() signals the program's process group and returns the program's pid."""
 
     async def scenario():
-        session = spawn(["sleep", "600"])
-        try:
+        async with cleaned_up(spawn(["sleep", "600"])) as session:
             assert session.signal_foreground(signal.SIGINT) == session.pid
             assert await session.wait_for_exit(timeout=10) == ExitStatus(exit_code=None, signal="SIGINT")
             with pytest.raises(SessionInactive):
                 session.signal_foreground(signal.SIGINT)
-        finally:
-            await cleanup(session)
 
     run(scenario)
 
@@ -420,16 +372,13 @@ def test_session_without_a_pty_has_no_terminal():
     """resize() raises NoTerminal, and there is no foreground program or pending read to report."""
 
     async def scenario():
-        session = spawn(["sleep", "600"])
-        try:
+        async with cleaned_up(spawn(["sleep", "600"])) as session:
             with pytest.raises(NoTerminal) as raised:
                 session.resize(100, 40)
             assert raised.value.code == "INVALID_INPUT"
             assert session.foreground_process() is None
             assert session.busy is False
             assert session.waiting_for_input() is False
-        finally:
-            await cleanup(session)
 
     run(scenario)
 

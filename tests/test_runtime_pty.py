@@ -17,7 +17,7 @@ from terminals.runtime.errors import SessionInactive, SpawnFailed, WriteFailed
 from terminals.runtime.pty import ExitStatus, PtySession, SpawnSpec
 
 from . import runtime_support as support
-from .runtime_support import cleanup, gone, run, run_with_watchdog, start_heartbeat
+from .runtime_support import cleaned_up, cleanup, gone, run, run_with_watchdog, start_heartbeat
 
 PROMPT = "READY$ "
 ENV = {"PATH": os.environ["PATH"], "PS1": PROMPT, "TERM": "xterm-256color", "HOME": "/tmp"}
@@ -88,14 +88,11 @@ def test_shell_shows_its_prompt(shell):
     """A shell started on the PTY prints the PS1 prompt it got from its environment."""
 
     async def scenario():
-        session = spawn(shell)
-        try:
+        async with cleaned_up(spawn(shell)) as session:
             await wait_for_prompts(session, 1)
             assert session.is_alive is True
             assert session.exit_status is None
             assert os.getsid(session.pid) == session.pid  # the shell leads its own session
-        finally:
-            await cleanup(session)
 
     run(scenario)
 
@@ -105,15 +102,12 @@ def test_shell_runs_a_written_command_and_its_output_is_buffered(shell):
     """A command written to the terminal runs, and its output lands in the buffer."""
 
     async def scenario():
-        session = spawn(shell)
-        try:
+        async with cleaned_up(spawn(shell)) as session:
             await wait_for_prompts(session, 1)
             session.write(b"echo $((6 * 7))\n")
             await wait_for_line(session, "42")
             await wait_for_prompts(session, 2)
             assert f"{PROMPT}echo $((6 * 7))" in screen_lines(session)  # the terminal echoed the input
-        finally:
-            await cleanup(session)
 
     run(scenario)
 
@@ -139,8 +133,7 @@ def test_ctrl_c_interrupts_the_foreground_program(shell):
     """Ctrl-C interrupts the foreground program, which proves the PTY is the controlling terminal."""
 
     async def scenario():
-        session = spawn(shell)
-        try:
+        async with cleaned_up(spawn(shell)) as session:
             await wait_for_prompts(session, 1)
             session.write(b"sleep 30\n")
             await wait_until(lambda: running(session, "sleep"), session=session, what="sleep to start")
@@ -150,8 +143,6 @@ def test_ctrl_c_interrupts_the_foreground_program(shell):
             session.write(b"echo status=$?\n")
             await wait_for_line(session, "status=130")  # 128 + SIGINT
             assert session.is_alive is True  # only the foreground program was interrupted
-        finally:
-            await cleanup(session)
 
     run(scenario)
 
@@ -163,8 +154,7 @@ def test_a_signal_for_a_foreground_job_that_just_ended_goes_to_the_shell():
     that moment still."""
 
     async def scenario():
-        session = spawn(BASH)
-        try:
+        async with cleaned_up(spawn(BASH)) as session:
             await wait_for_prompts(session, 1)
             session.write(b"while :; do sleep 30; done\n")
             await wait_until(lambda: running(session, "sleep"), session=session, what="the loop's sleep to start")
@@ -180,8 +170,6 @@ def test_a_signal_for_a_foreground_job_that_just_ended_goes_to_the_shell():
             session.write(b"echo after-$((6*7))\n")
             await wait_for_line(session, "after-42")
             assert not running(session, "sleep")
-        finally:
-            await cleanup(session)
 
     run(scenario)
 
@@ -191,16 +179,13 @@ def test_exit_code_is_reported(shell):
     """`exit 7` ends the session with exit code 7, and wait_for_exit returns that status."""
 
     async def scenario():
-        session = spawn(shell)
-        try:
+        async with cleaned_up(spawn(shell)) as session:
             await wait_for_prompts(session, 1)
             session.write(b"exit 7\n")
             status = await session.wait_for_exit(timeout=10)
             assert status == ExitStatus(exit_code=7, signal=None)
             assert session.exit_status == status
             assert session.is_alive is False
-        finally:
-            await cleanup(session)
 
     run(scenario)
 
@@ -209,12 +194,9 @@ def test_wait_for_exit_times_out_while_the_process_runs():
     """wait_for_exit returns None when the process is still running at the deadline."""
 
     async def scenario():
-        session = spawn(["sleep", "600"])
-        try:
+        async with cleaned_up(spawn(["sleep", "600"])) as session:
             assert await session.wait_for_exit(timeout=0.05) is None
             assert session.is_alive is True
-        finally:
-            await cleanup(session)
 
     run(scenario)
 
@@ -231,14 +213,11 @@ def test_signal_death_is_reported_by_name(argv, command, name):
     """A process killed by a signal reports no exit code and the signal's name."""
 
     async def scenario():
-        session = spawn(argv)
-        try:
+        async with cleaned_up(spawn(argv)) as session:
             await wait_until(lambda: session.buffer.end > 0, session=session, what="first output")
             session.write(command)
             status = await session.wait_for_exit(timeout=10)
             assert status == ExitStatus(exit_code=None, signal=name)
-        finally:
-            await cleanup(session)
 
     run(scenario)
 
@@ -247,8 +226,7 @@ def test_sigpipe_is_at_its_default_in_children():
     """Children do not inherit Python's ignored SIGPIPE: `yes | head -1` ends quietly."""
 
     async def scenario():
-        session = spawn(BASH)
-        try:
+        async with cleaned_up(spawn(BASH)) as session:
             await wait_for_prompts(session, 1)
             assert processes.ignores_signal(session.pid, signal.SIGPIPE) is False
             session.write(b"yes | head -1; echo pipe-$((40 + 2))\n")
@@ -263,8 +241,6 @@ def test_sigpipe_is_at_its_default_in_children():
                              session=session, what="SigIgn")
             mask = next(int(line.split()[1], 16) for line in screen_lines(session) if line.startswith("SigIgn:"))
             assert mask & (1 << (signal.SIGPIPE - 1)) == 0
-        finally:
-            await cleanup(session)
 
     run(scenario)
 
@@ -281,8 +257,7 @@ def test_output_written_right_before_exit_is_in_the_buffer(argv, command):
     """When wait_for_exit returns, everything the process wrote before exiting is in the buffer."""
 
     async def scenario():
-        session = spawn(argv, max_lines=100_000)
-        try:
+        async with cleaned_up(spawn(argv, max_lines=100_000)) as session:
             if command is not None:
                 await wait_for_prompts(session, 1)
                 session.write(command)
@@ -291,8 +266,6 @@ def test_output_written_right_before_exit_is_in_the_buffer(argv, command):
             lines = [line for line in screen_lines(session) if line.isdigit()]
             assert lines[-1] == "20000"
             assert lines[-20000:] == [str(number) for number in range(1, 20001)]
-        finally:
-            await cleanup(session)
 
     run(scenario)
 
@@ -327,8 +300,7 @@ def test_terminate_ends_the_whole_session_including_background_jobs():
     """terminate() ends the shell and its background jobs: no process of the session is left."""
 
     async def scenario():
-        session = spawn(BASH)
-        try:
+        async with cleaned_up(spawn(BASH)) as session:
             await wait_for_prompts(session, 1)
             session.write(b"sleep 300 &\n")
             await wait_until(lambda: running(session, "sleep"), session=session, what="the background job")
@@ -341,8 +313,6 @@ def test_terminate_ends_the_whole_session_including_background_jobs():
             assert processes.session_members(session.pid) == []
             assert len(background) == 1
             assert gone(background[0]) is True
-        finally:
-            await cleanup(session)
 
     run(scenario)
 
@@ -356,15 +326,12 @@ def test_terminate_hangs_up_a_shell_that_ignores_sigterm(argv):
     """A first process that ignores SIGTERM is hung up, long before the grace period runs out."""
 
     async def scenario():
-        session = spawn(argv)
-        try:
+        async with cleaned_up(spawn(argv)) as session:
             await wait_until(lambda: processes.ignores_signal(session.pid, signal.SIGTERM), session=session,
                              what="SIGTERM to be ignored")
             status = await session.terminate(grace=20.0)  # the scenario's own 30 s deadline would fail first
             assert status == ExitStatus(exit_code=None, signal="SIGHUP")
             assert processes.session_members(session.pid) == []
-        finally:
-            await cleanup(session)
 
     run(scenario)
 
@@ -373,8 +340,7 @@ def test_terminate_kills_what_survives_the_grace_period():
     """A process that ignores both SIGTERM and SIGHUP is killed with SIGKILL after the grace period."""
 
     async def scenario():
-        session = spawn(["sh", "-c", "trap '' TERM HUP; exec sleep 600"])
-        try:
+        async with cleaned_up(spawn(["sh", "-c", "trap '' TERM HUP; exec sleep 600"])) as session:
             await wait_until(
                 lambda: processes.ignores_signal(session.pid, signal.SIGHUP) and command_name(session.pid) == "sleep",
                 session=session, what="the traps",
@@ -382,8 +348,6 @@ def test_terminate_kills_what_survives_the_grace_period():
             status = await session.terminate(grace=0.3)
             assert status == ExitStatus(exit_code=None, signal="SIGKILL")
             assert processes.session_members(session.pid) == []
-        finally:
-            await cleanup(session)
 
     run(scenario)
 
@@ -392,16 +356,13 @@ def test_write_after_exit_raises_session_inactive():
     """Once the process has ended, write() and resize() raise SessionInactive."""
 
     async def scenario():
-        session = spawn(["sh", "-c", "exit 0"])
-        try:
+        async with cleaned_up(spawn(["sh", "-c", "exit 0"])) as session:
             assert await session.wait_for_exit(timeout=10) == ExitStatus(exit_code=0, signal=None)
             with pytest.raises(SessionInactive) as raised:
                 session.write(b"echo too late\n")
             assert raised.value.code == "TERMINAL_INACTIVE"
             with pytest.raises(SessionInactive):
                 session.resize(100, 40)
-        finally:
-            await cleanup(session)
 
     run(scenario)
 
@@ -469,8 +430,7 @@ def test_resize_changes_what_stty_size_prints(shell):
     """The spawn size is the terminal's size, and resize() changes it."""
 
     async def scenario():
-        session = spawn(shell, cols=100, rows=30)
-        try:
+        async with cleaned_up(spawn(shell, cols=100, rows=30)) as session:
             await wait_for_prompts(session, 1)
             session.write(b"stty size\n")
             await wait_for_line(session, "30 100")
@@ -478,8 +438,6 @@ def test_resize_changes_what_stty_size_prints(shell):
             session.resize(132, 40)
             session.write(b"stty size\n")
             await wait_for_line(session, "40 132")
-        finally:
-            await cleanup(session)
 
     run(scenario)
 
@@ -496,8 +454,7 @@ def test_flood_keeps_the_buffer_bounded():
     max_bytes = 64 << 10
 
     async def scenario():
-        session = spawn(BASH, max_lines=1000, max_bytes=max_bytes)
-        try:
+        async with cleaned_up(spawn(BASH, max_lines=1000, max_bytes=max_bytes)) as session:
             await wait_for_prompts(session, 1)
             session.write(b"yes | head -c 20000000; echo flood-$((1 + 1))\n")
             largest = 0
@@ -514,8 +471,6 @@ def test_flood_keeps_the_buffer_bounded():
             assert stats.total_bytes > 30_000_000  # the PTY turns each "y\n" into "y\r\n"
             assert stats.buffer_bytes <= max_bytes + session.buffer._slack
             assert stats.buffer_lines <= 1001
-        finally:
-            await cleanup(session)
 
     run(scenario, timeout=40)
 

@@ -17,7 +17,7 @@ from terminals.runtime import pty, signals
 from terminals.runtime.buffer import OutputBuffer
 from terminals.runtime.pty import PtySession, SpawnSpec
 
-from .runtime_support import cleanup, run, wait_until
+from .runtime_support import cleaned_up, cleanup, run, wait_until
 
 ENV = {"PATH": os.environ["PATH"], "HOME": "/tmp", "TERM": "xterm-256color"}
 # A launcher that waits before exec'ing the rest (setsid --ctty ...): a wide, certain window in which the terminal's
@@ -159,15 +159,12 @@ def test_signal_before_the_session_exists_goes_to_the_first_process_only(strays,
     in the caller's session and group: the signal goes to the first process, never to group 0 (the caller's)."""
 
     async def scenario():
-        session = spawn(["sleep", "100"])
-        try:
+        async with cleaned_up(spawn(["sleep", "100"])) as session:
             assert session.foreground_group() == 0
             assert not session.has_session
             assert session.signal_foreground(signal.SIGUSR1) == session.pid
             status = await session.wait_for_exit(10)
             assert status is not None and status.signal == "SIGUSR1"
-        finally:
-            await cleanup(session)
 
     run(scenario)
     assert strays == []
@@ -175,13 +172,10 @@ def test_signal_before_the_session_exists_goes_to_the_first_process_only(strays,
 
 def test_terminate_before_the_session_exists_ends_the_first_process_only(strays, before_setsid):
     async def scenario():
-        session = spawn(["sleep", "100"])
-        try:
+        async with cleaned_up(spawn(["sleep", "100"])) as session:
             assert not session.has_session
             status = await session.terminate(signal.SIGUSR1, grace=5.0)
             assert status is not None and status.signal == "SIGUSR1"
-        finally:
-            await cleanup(session)
 
     run(scenario)
     assert strays == []
@@ -189,15 +183,12 @@ def test_terminate_before_the_session_exists_ends_the_first_process_only(strays,
 
 def test_signal_after_the_session_exists_goes_to_its_foreground_group(strays):
     async def scenario():
-        session = spawn(["sleep", "100"])
-        try:
+        async with cleaned_up(spawn(["sleep", "100"])) as session:
             await wait_until(lambda: session.foreground_group() == session.pid, what="the session to start")
             assert session.has_session
             assert session.signal_foreground(signal.SIGUSR1) == session.pid
             status = await session.wait_for_exit(10)
             assert status is not None and status.signal == "SIGUSR1"
-        finally:
-            await cleanup(session)
 
     run(scenario)
     assert strays == []

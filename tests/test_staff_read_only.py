@@ -13,7 +13,6 @@ import websockets
 
 from terminals.models import ApiKey, AuditEvent
 
-from .client import Api
 from .test_live import Live, attach_audits, run, ws_url
 from .test_mcp import connect, text
 

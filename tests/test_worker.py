@@ -14,7 +14,7 @@ from terminals.runtime.manager import Limits
 from terminals.worker.consumer import TerminalWorker
 
 from .conftest import make_key
-from .helpers import eventually
+from .helpers import eventually, run
 from .runtime_support import gone, wait_until
 
 ENV = {"PATH": os.environ["PATH"], "PS1": "$ ", "TERM": "xterm-256color", "HOME": "/tmp"}
@@ -47,10 +47,6 @@ def create_message(owner, **overrides) -> dict:
     }
     message.update(overrides)
     return message
-
-
-def run(scenario):
-    return asyncio.run(asyncio.wait_for(scenario, 60))
 
 
 async def with_worker(body, *, clock=time.time, limits=None):
