@@ -169,6 +169,20 @@ def anonymous(server):
 
 
 @pytest.fixture
+def alice_user(orm, keys):
+    """Alice's user record, for tests that look at her audit rows or change her account."""
+    return ApiKey.objects.for_key(keys["alice"]).user
+
+
+@pytest.fixture
+def terminal(alice) -> str:
+    """A live bash of alice's that has run one command."""
+    terminal_id = alice.create(shell="/bin/bash")["terminalId"]
+    assert alice.run(terminal_id, "echo ready") == "ready"
+    return terminal_id
+
+
+@pytest.fixture
 def client(server, keys):
     """Alice's client on whichever deployment the test is parametrised with."""
     yield from _client(server, keys["alice"])

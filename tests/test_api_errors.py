@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import requests
 
-from terminals.models import ApiKey, AuditEvent, TerminalSession
+from terminals.models import AuditEvent, TerminalSession
 
 
 LONG_NAME = "n" * 101
@@ -49,19 +49,6 @@ BAD_REQUESTS = [
     ("DELETE", "/api/terminals/{id}", {"data": "{signal", "headers": {"Content-Type": "application/json"}}),
     ("GET", "/api/terminals/not-a-uuid/stats", {}),
 ]
-
-
-@pytest.fixture
-def alice_user(orm, keys):
-    return ApiKey.objects.for_key(keys["alice"]).user
-
-
-@pytest.fixture
-def terminal(alice) -> str:
-    """A live bash of alice's that has run one command."""
-    terminal_id = alice.create(shell="/bin/bash")["terminalId"]
-    assert alice.run(terminal_id, "echo ready") == "ready"
-    return terminal_id
 
 
 def last_audit_id() -> int:

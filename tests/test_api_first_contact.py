@@ -9,7 +9,7 @@ import os
 import pytest
 import requests
 
-from terminals.models import ApiKey, AuditEvent, TerminalSession
+from terminals.models import AuditEvent, TerminalSession
 
 from .test_api_errors import assert_error, last_audit_id
 
@@ -45,18 +45,6 @@ UNKNOWN_QUERY_PARAMETERS = [
     ("POST", "/api/terminals?dry_run=1", {}, "dry_run", None),
     ("GET", "/api/audit?ordering=at&sort=at", None, "sort", None),
 ]
-
-
-@pytest.fixture
-def alice_user(orm, keys):
-    return ApiKey.objects.for_key(keys["alice"]).user
-
-
-@pytest.fixture
-def terminal(alice) -> str:
-    terminal_id = alice.create(shell="/bin/bash")["terminalId"]
-    assert alice.run(terminal_id, "echo ready") == "ready"
-    return terminal_id
 
 
 def _refused_naming(response, name: str, meant: str | None) -> dict:
