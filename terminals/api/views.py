@@ -16,8 +16,8 @@ from rest_framework.views import APIView
 
 from .. import json_input, live_connections, recordings, sessions
 from ..audit import Actor
+from ..audit_events import audit_events
 from ..exceptions import NO_JSON, ErrorEnvelope, InvalidInput, NotFound
-from ..models import AuditEvent
 from ..openapi import extend_schema
 from ..redaction import redact
 from ..throttling import ApiKeyRateThrottle, CreateRateThrottle
@@ -385,18 +385,11 @@ class AuditViewSet(StrictRequest, mixins.ListModelMixin, viewsets.GenericViewSet
         params = self.request.query_params
         query = valid(s.AuditQuerySerializer, {name: params[name] for name in params
                                                if name not in self.extra_query_parameters})
-        events = AuditEvent.objects.visible_to(self.request.user)
-        filters = {
-            "terminal_id": query.get("terminal"),
-            "action": query.get("action"),
-            "outcome": query.get("outcome"),
-            "username": query.get("user"),
-            "at__gte": query.get("sinceTime") or query.get("since"),
-            "at__lt": query.get("untilTime") or query.get("until"),
-        }
-        newest_first = query["ordering"] == "-at"
-        events = events.filter(**{name: value for name, value in filters.items() if value is not None})
-        return events.order_by("-id" if newest_first else "id")  # ids follow time: the hash chain's order
+        return audit_events(
+            user=self.request.user, terminal=query.get("terminal"), action=query.get("action"),
+            outcome=query.get("outcome"), username=query.get("user"),
+            since=query.get("sinceTime") or query.get("since"), until=query.get("untilTime") or query.get("until"),
+            newest_first=query["ordering"] == "-at")
 
 
 def _follow_events(actor: Actor, terminal_id, from_byte: int | None):

@@ -23,9 +23,10 @@ from django.views.decorators.http import require_POST
 
 from .. import keys, recordings, sessions
 from ..audit import Actor, client_address, last_hash, verify_chain
+from ..audit_events import audit_events
 from ..log_filters import log_refusal
 from ..exceptions import InvalidInput, RecordingNotFound, ServiceError, TerminalNotFound
-from ..models import ApiKey, AuditEvent, Recording, TerminalSession
+from ..models import ApiKey, Recording, TerminalSession
 from ..throttling import count_creation
 from .security import page, player_page, with_policy
 
@@ -43,11 +44,21 @@ def actor(request) -> Actor:
     return Actor(user=request.user, source=client_address(request))
 
 
-def _visible_terminal(request, terminal_id, *, shared: bool = False) -> dict:
-    """The terminal's record if the user may see it (shared: also one shared with them); else 404, as unknown."""
+def _visible_terminal(request, terminal_id) -> dict:
+    """The terminal's record and what it is doing now, if the user may see it (also one shared with them); else
+    404, as unknown."""
     try:
         return sessions.session_detail(user=request.user, terminal_id=terminal_id, reply_within=LIVE_REPLY_SECONDS,
-                                       shared=shared)
+                                       shared=True)
+    except TerminalNotFound:
+        raise Http404("no such terminal") from None
+
+
+def _reachable_terminal(request, terminal_id) -> TerminalSession:
+    """The terminal's row if the user may reach it (the core's one access rule, a lookup without asking its
+    worker), checked before a form acts; else 404, as unknown."""
+    try:
+        return sessions.session_get_for(user=request.user, terminal_id=terminal_id)
     except TerminalNotFound:
         raise Http404("no such terminal") from None
 
@@ -136,7 +147,7 @@ def terminal_create(request):
 @page
 @require_POST
 def terminal_end(request, terminal_id):
-    _visible_terminal(request, terminal_id)
+    _reachable_terminal(request, terminal_id)
     signal = request.POST.get("signal", "SIGTERM")
     if signal not in SIGNALS:
         signal = "SIGTERM"
@@ -160,7 +171,7 @@ def _same_site(request, target: str | None, fallback: str = "dashboard:terminals
 
 @page
 def terminal_page(request, terminal_id):
-    terminal = _visible_terminal(request, terminal_id, shared=True)
+    terminal = _visible_terminal(request, terminal_id)
     mine = terminal["owner"] == request.user.get_username()
     # Staff see every terminal; someone else's only through a share, which gives the live view alone.
     guest = not mine and not request.user.is_staff
@@ -174,7 +185,7 @@ def terminal_page(request, terminal_id):
 @require_POST
 def terminal_share(request, terminal_id):
     """Gives (or, with remove, takes back) another user's read-only look at the terminal."""
-    _visible_terminal(request, terminal_id)
+    _reachable_terminal(request, terminal_id)
     username = request.POST.get("user", "").strip()
     try:
         if request.POST.get("remove"):
@@ -191,9 +202,9 @@ def terminal_share(request, terminal_id):
 @page
 def terminal_commands(request, terminal_id):
     """The commands the shell ran (shell integration), as rows for the terminal page to refresh."""
-    terminal = _visible_terminal(request, terminal_id)
+    terminal = _reachable_terminal(request, terminal_id)
     commands = []
-    if terminal["shell"]:
+    if terminal.shell:
         try:
             commands = sessions.session_command_list(actor=actor(request), terminal_id=terminal_id)["commands"]
         except ServiceError:
@@ -204,7 +215,7 @@ def terminal_commands(request, terminal_id):
 @page
 def terminal_watchers(request, terminal_id):
     """Who is watching the terminal now (user and mode), for the terminal page to refresh."""
-    _visible_terminal(request, terminal_id)
+    _reachable_terminal(request, terminal_id)
     try:
         watchers = sessions.session_live(user=request.user, terminal_id=terminal_id,
                                          reply_within=LIVE_REPLY_SECONDS).get("watchers", [])
@@ -216,7 +227,7 @@ def terminal_watchers(request, terminal_id):
 @page
 def terminal_download(request, terminal_id):
     """The output the service holds, escape sequences stripped, as a text file."""
-    _visible_terminal(request, terminal_id)
+    _reachable_terminal(request, terminal_id)
     read = {"from_byte": 0, "max_bytes": settings.TERMINALS["MAX_READ_BYTES"], "strip_ansi": True, "stream": None}
     data = sessions.session_read(actor=actor(request), terminal_id=terminal_id, options=read)
     response = HttpResponse(data["chunk"], content_type="text/plain; charset=utf-8")
@@ -227,18 +238,17 @@ def terminal_download(request, terminal_id):
 # Audit
 
 
-def _within(request, rows, field: str, filters: dict):
-    """rows whose field lies between the filters' since and until (ISO 8601); a value that is not a date and time
-    is said on the page, and not applied."""
-    for name, lookup in (("since", "gte"), ("until", "lte")):
+def _moments(request, filters: dict) -> dict:
+    """The filters' since and until as dates and times (ISO 8601), None when empty; a value that is not a date and
+    time is said on the page, and not applied."""
+    moments = {}
+    for name in ("since", "until"):
         try:
-            moment = _moment(name, filters[name])
+            moments[name] = _moment(name, filters[name])
         except InvalidInput as error:
             messages.error(request, f"Not filtered by {name}: {error.message}")
-            continue
-        if moment is not None:
-            rows = rows.filter(**{f"{field}__{lookup}": moment})
-    return rows
+            moments[name] = None
+    return moments
 
 
 def _moment(name: str, value: str):
@@ -256,18 +266,14 @@ def _moment(name: str, value: str):
 
 @page
 def audit_list(request):
-    events = AuditEvent.objects.visible_to(request.user).order_by("-id")
     filters = {name: request.GET.get(name, "").strip() for name in ("user", "action", "outcome", "terminal",
                                                                     "since", "until")}
-    if filters["user"]:
-        events = events.filter(username=filters["user"])
-    if filters["action"]:
-        events = events.filter(action=filters["action"])
-    if filters["outcome"]:
-        events = events.filter(outcome=filters["outcome"])
-    if filters["terminal"]:
-        events = events.filter(terminal_id=filters["terminal"]) if _is_uuid(filters["terminal"]) else events.none()
-    events = _within(request, events, "at", filters)
+    terminal = filters["terminal"]
+    events = audit_events(user=request.user, terminal=terminal if _is_uuid(terminal) else None,
+                          action=filters["action"], outcome=filters["outcome"], username=filters["user"],
+                          **_moments(request, filters))
+    if terminal and not _is_uuid(terminal):
+        events = events.none()  # no terminal has that id
     listed = Paginator(events, AUDIT_PAGE).get_page(request.GET.get("page"))
     # A row about a recorded terminal opens its recording.
     terminal_ids = {event.terminal_id for event in listed if event.terminal_id}
@@ -276,7 +282,7 @@ def audit_list(request):
     for event in listed:
         event.recorded = event.terminal_id in recorded
     query = "&".join(f"{name}={value}" for name, value in filters.items() if value)
-    actions = AuditEvent.objects.visible_to(request.user).values_list("action", flat=True).distinct().order_by("action")
+    actions = audit_events(user=request.user).values_list("action", flat=True).distinct().order_by("action")
     return render(request, "dashboard/audit.html", {"page": listed, "filters": filters, "query": query,
                                                     "actions": actions, "section": "audit"})
 
@@ -310,7 +316,11 @@ def recording_list(request):
     filters = {name: request.GET.get(name, "").strip() for name in ("user", "since", "until")}
     if filters["user"]:
         found = found.filter(terminal__owner__username=filters["user"])
-    found = _within(request, found, "started", filters)
+    moments = _moments(request, filters)
+    if moments["since"] is not None:
+        found = found.filter(started__gte=moments["since"])
+    if moments["until"] is not None:
+        found = found.filter(started__lte=moments["until"])
     listed = Paginator(found, RECORDINGS_PAGE).get_page(request.GET.get("page"))
     query = "&".join(f"{name}={value}" for name, value in filters.items() if value)
     return render(request, "dashboard/recordings.html", {"page": listed, "filters": filters, "query": query,
