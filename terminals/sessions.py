@@ -38,6 +38,7 @@ from .exceptions import (
     TerminalInactive,
     TerminalNotFound,
     WorkerUnavailable,
+    database_unavailable,
 )
 from .models import Recording, TerminalSession, ViewGrant, Worker
 from .prepared import PreparedLookup
@@ -319,6 +320,9 @@ def require_audit_writable() -> None:
         with transaction.atomic():
             pass
     except DatabaseError as error:
+        unavailable = database_unavailable(error)
+        if unavailable is not None:
+            raise unavailable from error
         logger.error("the audit trail cannot be written, request refused: %s", error)
         raise AuditUnavailable() from error
 
