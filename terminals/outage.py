@@ -37,9 +37,9 @@ def is_unavailable(error: BaseException) -> bool:
     if isinstance(error, InterfaceError):  # "connection already closed": the connection died under this thread
         return True
     cause = error.__cause__
-    if cause is None or type(cause).__module__.split(".")[0] != "psycopg":
+    if cause is None or not type(cause).__module__.startswith("psycopg"):
         return False  # SQLite's "database is locked", and the like: the database is there
-    state = getattr(cause, "sqlstate", None)
+    state = getattr(cause, "sqlstate", None) or getattr(cause, "pgcode", None)  # psycopg 3, psycopg2
     # psycopg's own connection failures (refused, closed by the server unexpectedly) carry no SQLSTATE.
     return state is None or state.startswith("08") or state in _GONE_STATES
 

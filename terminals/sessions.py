@@ -685,7 +685,8 @@ async def _request_while_held(hold: access.Hold, channel: str, message_type: str
             try:
                 reason = (await database_threads.run(access.lost, [hold])).get(hold)
             except DatabaseError as error:  # a locked database: the wait goes on, the next check asks again
-                logger.warning("checking the access of a wait on %s failed: %s", hold.terminal, error)
+                if database_unavailable(error) is None:  # an outage is logged once, not every check of every wait
+                    logger.warning("checking the access of a wait on %s failed: %s", hold.terminal, error)
                 continue
             if reason is not None:
                 return None, reason
