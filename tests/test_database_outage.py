@@ -4,6 +4,7 @@ flowing from the worker, and every request served again once the database is bac
 
 import asyncio
 import json
+import re
 import subprocess
 
 import pytest
@@ -71,15 +72,16 @@ def _refused_for_the_outage(response, html: bool = False) -> bool:
     return response.json()["error"]["code"] == "DATABASE_UNAVAILABLE"
 
 
-def _ticks(text: str) -> int:
-    """How many tick lines the output holds."""
-    return text.count("tick-")
+def _last_tick(text: str) -> int:
+    """The number of the last tick line the output holds, -1 for none."""
+    numbers = re.findall(r"tick-(\d+)", text)
+    return int(numbers[-1]) if numbers else -1
 
 
 def test_every_interface_answers_503_database_unavailable_during_an_outage_and_works_again_after(cluster, deployment):
     """PostgreSQL stopped under a running deployment: REST, ACP, MCP and the dashboard answer 503
     DATABASE_UNAVAILABLE with Retry-After (never 500), a new WebSocket gets that code in an error frame and 4503;
-    a WebSocket attached before keeps getting the terminal's output from its worker. The web process logs the outage
+    a WebSocket and an event stream attached before keep getting the terminal's output from its worker. The web process logs the outage
     once (a WARNING) and its end once (INFO), with no traceback; once PostgreSQL is back every request works."""
     from .own_database import create_key
     from .test_live import Live
@@ -89,9 +91,20 @@ def test_every_interface_answers_503_database_unavailable_during_an_outage_and_w
     terminal = api.create(command="/bin/bash", args=["-c", TICKS])["terminalId"]
     web = server.process("web0")
 
+    stream = requests.get(f"{server.url}/api/terminals/{terminal}/output", params={"follow": "true"},
+                          headers={"X-API-Key": api.key}, stream=True, timeout=30)
+    streamed = stream.iter_lines(chunk_size=1, decode_unicode=True)
+
+    def stream_until(tick: int) -> None:
+        """Reads the event stream until it shows tick number tick (its read times out after 30 s)."""
+        for line in streamed:
+            if _last_tick(line) >= tick:
+                return
+
     async def scenario():
         watching = await Live.open(server.url, terminal, api.key)
-        await watching.until(lambda live: _ticks(live.text) >= 2, "the first ticks")
+        await watching.until(lambda live: _last_tick(live.text) >= 1, "the first ticks")
+        stream_until(1)
         cluster.halt()
         for _ in range(3):
             for method, path, body in [
@@ -117,12 +130,15 @@ def test_every_interface_answers_503_database_unavailable_during_an_outage_and_w
             await asyncio.wait_for(refused.recv(), 30)
         assert closed.value.rcvd.code == 4503
         # The attached client still gets what the terminal prints, from its worker, while the database is away.
-        during = _ticks(watching.text)
-        await watching.until(lambda live: _ticks(live.text) >= during + 5, "ticks during the outage")
+        # Ticks printed after every request above was refused: printed during the outage.
+        later = _last_tick(watching.text) + 5
+        await watching.until(lambda live: _last_tick(live.text) >= later, "ticks during the outage")
+        stream_until(later)  # and so does an event stream
         cluster.resume()
         await watching.close()
 
     asyncio.run(scenario())
+    stream.close()
     wait_for(lambda: api.get("/api/terminals").status_code == 200, 30, "requests to work again")
     assert api.post(f"/api/terminals/{terminal}/input", json={"input": "x"}).status_code == 200
     log = web.log()
