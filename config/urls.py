@@ -26,5 +26,21 @@ def not_found(request, exception=None):
     return dashboard_views.not_found(request, exception)
 
 
+def server_error(request):
+    """An exception no view turned into an answer (a middleware's database lookup, say): the database out of reach
+    is 503 DATABASE_UNAVAILABLE, as the API's envelope or the dashboard's page by where it was asked; anything else
+    the API's 500 envelope."""
+    import sys
+
+    from terminals.exceptions import database_unavailable
+
+    unavailable = database_unavailable(sys.exc_info()[1]) if sys.exc_info()[1] is not None else None
+    if unavailable is None:
+        return api_errors.server_error(request)
+    if request.path == "/api" or request.path.startswith("/api/"):
+        return api_errors.database_unavailable(request, unavailable)
+    return dashboard_views.database_unavailable(request, unavailable)
+
+
 handler404 = not_found
-handler500 = "terminals.api.errors.server_error"
+handler500 = server_error

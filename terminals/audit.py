@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from django.db import DatabaseError
 
 from . import metrics
-from .exceptions import AuditUnavailable
+from .exceptions import AuditUnavailable, database_unavailable
 from .models import AuditEvent, key_prefix, newest_audit_hash
 from .redaction import redact
 
@@ -82,8 +82,11 @@ def audit_carried(actor: dict, action: str, *, outcome: str = "ok", terminal_id=
             details=details,
         )
     except DatabaseError as error:
-        logger.error("audit event %s for terminal %s could not be written: %s", action, terminal_id or "-", error)
         metrics.AUDIT_FAILURES.inc()
+        unavailable = database_unavailable(error)  # the database away: its outage is logged once, not each row
+        if unavailable is not None:
+            raise unavailable from error
+        logger.error("audit event %s for terminal %s could not be written: %s", action, terminal_id or "-", error)
         raise AuditUnavailable(details={"action": action}) from error
 
 

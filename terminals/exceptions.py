@@ -11,6 +11,7 @@ from drf_spectacular.utils import inline_serializer
 from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 
+from . import outage
 from .redaction import redact, redact_data
 
 logger = logging.getLogger(__name__)
@@ -166,6 +167,22 @@ class AuditUnavailable(ServiceError):
     default_detail = "The audit trail cannot be written at the moment; the request was not carried out"
 
 
+class DatabaseUnavailable(AuditUnavailable):
+    """The database cannot be reached (stopped, restarting, failing over, the network to it down): nothing that
+    needs it was done. Retry-After says when to try again (outage.py logs the outage, once). One way the audit
+    trail cannot be written, so whatever refuses an action when its row cannot be written refuses it too."""
+
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_code = "DATABASE_UNAVAILABLE"
+    default_detail = ("The database cannot be reached at the moment; nothing was done. Retry after the seconds "
+                      "Retry-After says: the service answers again as soon as its database is back")
+    RETRY_SECONDS = 5  # about a PostgreSQL restart's length: sooner would mostly be answered the same
+
+    def __init__(self, message: str | None = None, details: dict | None = None) -> None:
+        super().__init__(message, {"retryAfter": self.RETRY_SECONDS, **(details or {})})
+        self.wait = self.RETRY_SECONDS
+
+
 class NotFound(ServiceError):
     """No such endpoint."""
 
@@ -183,7 +200,7 @@ class MethodNotAllowed(ServiceError):
 
 
 BY_CODE: dict[str, type[ServiceError]] = {
-    cls.default_code: cls for cls in ServiceError.__subclasses__() + [ServiceError]
+    cls.default_code: cls for cls in ServiceError.__subclasses__() + [ServiceError, DatabaseUnavailable]
 }
 
 
@@ -202,6 +219,9 @@ def as_service_error(exc: Exception) -> ServiceError:
     """Translates DRF's and Django's exceptions into the service's own."""
     if isinstance(exc, ServiceError):
         return exc
+    unavailable = database_unavailable(exc)
+    if unavailable is not None:
+        return unavailable
     if isinstance(exc, exceptions.ValidationError):
         return InvalidInput(_validation_message(exc.detail), {"fields": exc.detail})
     if isinstance(exc, exceptions.ParseError):
@@ -227,6 +247,16 @@ def as_service_error(exc: Exception) -> ServiceError:
         return NotFound()
     logger.exception("unhandled error", exc_info=exc)
     return InternalError()
+
+
+def database_unavailable(exc: BaseException) -> DatabaseUnavailable | None:
+    """DATABASE_UNAVAILABLE for a database out of reach (noted, so the outage is logged once), else None. Every
+    interface's error mapping comes through here (as_service_error), and so do the places that catch a
+    DatabaseError to say something of their own (audit rows, the up-front write check)."""
+    if not outage.is_unavailable(exc):
+        return None
+    outage.noticed(exc)
+    return DatabaseUnavailable()
 
 
 def _validation_message(detail) -> str:
@@ -260,7 +290,7 @@ def exception_handler(exc: Exception, context: dict) -> Response:
         error = Unauthorized(missing_key_message(request))
     headers = {}
     wait = getattr(error, "wait", None)
-    if isinstance(error, RateLimited) and wait is not None:
+    if isinstance(error, (RateLimited, DatabaseUnavailable)) and wait is not None:
         headers["Retry-After"] = retry_after(wait)
     if isinstance(error, Unauthorized):
         headers["WWW-Authenticate"] = "Api-Key"
@@ -268,12 +298,17 @@ def exception_handler(exc: Exception, context: dict) -> Response:
         from .log_filters import log_refusal
 
         log_refusal(request, error.status_code, error.default_code)
-    if request is not None and not isinstance(error, AuditUnavailable):  # its refusal could not be written either
+    # Its refusal could not be written either.
+    if request is not None and not isinstance(error, AuditUnavailable):
         try:
             audit_refusal(request, context.get("view"), error)
         except Exception:  # noqa: BLE001 - the refusal is still answered when the audit cannot be written
             logger.exception("auditing a refused request failed")
-    return Response(envelope(error.default_code, error.message, error.details), status=error.status_code, headers=headers)
+    response = Response(envelope(error.default_code, error.message, error.details), status=error.status_code,
+                        headers=headers)
+    if isinstance(error, DatabaseUnavailable):
+        response._has_been_logged = True  # the outage is logged once (outage.py), not each request by django.request
+    return response
 
 
 class ErrorSerializer(serializers.Serializer):

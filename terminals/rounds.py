@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Hashable
 
-from . import database_threads
+from . import database_threads, outage
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +48,10 @@ class RoundWatch:
             try:
                 found = await database_threads.run(self._check, list(self._watched))
             except Exception as error:  # noqa: BLE001 - the database away, or anything: the next round checks again
-                logger.warning("checking %s failed: %s: %s", self._what, type(error).__name__, error)
+                if outage.is_unavailable(error):
+                    outage.noticed(error)  # logged once for the outage, not each round; live output goes on
+                else:
+                    logger.warning("checking %s failed: %s: %s", self._what, type(error).__name__, error)
                 continue
             for key, outcome in found.items():
                 for tell in self._watched.pop(key, {}).values():

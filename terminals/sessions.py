@@ -38,6 +38,7 @@ from .exceptions import (
     TerminalInactive,
     TerminalNotFound,
     WorkerUnavailable,
+    database_unavailable,
 )
 from .models import Recording, TerminalSession, ViewGrant, Worker
 from .prepared import PreparedLookup
@@ -319,6 +320,9 @@ def require_audit_writable() -> None:
         with transaction.atomic():
             pass
     except DatabaseError as error:
+        unavailable = database_unavailable(error)
+        if unavailable is not None:
+            raise unavailable from error
         logger.error("the audit trail cannot be written, request refused: %s", error)
         raise AuditUnavailable() from error
 
@@ -681,7 +685,8 @@ async def _request_while_held(hold: access.Hold, channel: str, message_type: str
             try:
                 reason = (await database_threads.run(access.lost, [hold])).get(hold)
             except DatabaseError as error:  # a locked database: the wait goes on, the next check asks again
-                logger.warning("checking the access of a wait on %s failed: %s", hold.terminal, error)
+                if database_unavailable(error) is None:  # an outage is logged once, not every check of every wait
+                    logger.warning("checking the access of a wait on %s failed: %s", hold.terminal, error)
                 continue
             if reason is not None:
                 return None, reason

@@ -37,7 +37,7 @@ from django.conf import settings
 
 from .. import field_names, json_input, sessions
 from ..audit import Actor
-from ..exceptions import ServiceError, TerminalNotFound
+from ..exceptions import ServiceError, TerminalNotFound, database_unavailable
 from ..models import LARGEST_OUTPUT_BYTE_LIMIT
 from ..redaction import redact
 
@@ -171,6 +171,9 @@ def _as_rpc_error(problem: Exception, method) -> RpcError:
         return problem
     if isinstance(problem, ServiceError):
         return RpcError.from_service(problem)
+    unavailable = database_unavailable(problem)  # the database away: logged once for the outage, not per call
+    if unavailable is not None:
+        return RpcError.from_service(unavailable)
     logger.exception("ACP call %r failed", method)
     return RpcError(INTERNAL_ERROR)
 

@@ -4,7 +4,7 @@ from django.core.exceptions import DisallowedHost
 from django.http import JsonResponse
 from django.urls import Resolver404, resolve
 
-from ..exceptions import envelope
+from ..exceptions import DatabaseUnavailable, envelope, retry_after
 from ..log_filters import log_refusal
 
 
@@ -49,3 +49,12 @@ def _exists(path: str) -> bool:
 
 def server_error(request):
     return JsonResponse(envelope("INTERNAL_ERROR", "Internal error"), status=500)
+
+
+def database_unavailable(request, error: DatabaseUnavailable) -> JsonResponse:
+    """A request that failed outside DRF's views because the database is away: 503 with Retry-After, not logged
+    by django.request (the outage is logged once, terminals/outage.py)."""
+    response = JsonResponse(envelope(error.default_code, error.message, error.details), status=error.status_code)
+    response["Retry-After"] = retry_after(error.wait)
+    response._has_been_logged = True
+    return response

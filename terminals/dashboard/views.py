@@ -14,9 +14,11 @@ import uuid
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AnonymousUser
 from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.utils.dateparse import parse_datetime
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
@@ -25,7 +27,7 @@ from .. import keys, recordings, sessions
 from ..audit import Actor, client_address, last_hash, verify_chain
 from ..audit_events import audit_events
 from ..log_filters import log_refusal
-from ..exceptions import InvalidInput, RecordingNotFound, ServiceError, TerminalNotFound
+from ..exceptions import InvalidInput, RecordingNotFound, ServiceError, TerminalNotFound, retry_after
 from ..models import ApiKey, Recording, TerminalSession
 from ..throttling import count_creation
 from .security import page, player_page, with_policy
@@ -84,6 +86,20 @@ def not_found(request, exception=None):
         explanation = f"There is no page at {request.path}."
     return with_policy(render(request, "dashboard/not_found.html",
                               {"heading": heading, "explanation": explanation}, status=404))
+
+
+def database_unavailable(request, error):
+    """The dashboard's page while its database is away: rendered without the user (their session is in the
+    database too), 503 with Retry-After, and not logged per request (the outage is logged once, outage.py)."""
+    html = render_to_string("dashboard/not_found.html", {
+        "heading": "Database unavailable", "user": AnonymousUser(),
+        "explanation": f"The service cannot reach its database at the moment, so this page cannot be shown; nothing "
+                       f"was done. Reload the page in {error.wait} seconds: it works again as soon as the database "
+                       f"is back. Live terminals keep running meanwhile."})
+    response = with_policy(HttpResponse(html, status=error.status_code))
+    response["Retry-After"] = retry_after(error.wait)
+    response._has_been_logged = True
+    return response
 
 
 # Terminals

@@ -29,6 +29,7 @@ from ..audit import Actor, audit
 from ..auth import key_from_headers, usable_key
 from ..exceptions import (
     AuditUnavailable,
+    DatabaseUnavailable,
     Forbidden,
     InvalidInput,
     LimitReached,
@@ -36,6 +37,7 @@ from ..exceptions import (
     TerminalInactive,
     TerminalNotFound,
     WorkerUnavailable,
+    database_unavailable,
 )
 from ..keystrokes import KeyAudit
 from ..runtime.buffer import decode
@@ -115,7 +117,16 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         if lifecycle.stopping():  # a client reconnecting to a server on its way out: try another one
             await self.close(code=CLOSE_SERVER_STOPPING)
             return
-        refusal = await self._admit(query)
+        try:
+            refusal = await self._admit(query)
+        except (DatabaseError, DatabaseUnavailable) as error:
+            unavailable = error if isinstance(error, DatabaseUnavailable) else database_unavailable(error)
+            if unavailable is None:
+                raise
+            # The database is away (the outage is logged once): told as REST tells it, then 4503, try again later.
+            await self._send({"type": "error", "code": unavailable.default_code, "message": unavailable.message,
+                              "retryAfter": unavailable.wait})
+            refusal = CLOSE_UNAVAILABLE
         if refusal is not None:
             await self.close(code=refusal)
             return
@@ -153,8 +164,10 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         try:
             await database_threads.run(audit, self.actor, "attach", terminal_id=self.terminal_id,
                                        mode="view" if self.read_only else "interactive")
-        except AuditUnavailable:
+        except AuditUnavailable as error:
             await self._detach_from_worker()
+            if isinstance(error, DatabaseUnavailable):
+                raise  # told with its error frame, as any refusal for the database's outage
             return CLOSE_UNAVAILABLE
         self.attached = True
         self.keys = KeyAudit(self.actor, self.terminal_id)
@@ -278,8 +291,8 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             except DatabaseError as error:
                 # A lookup before anything is done found the database locked or away (the audit writes themselves
                 # already answer AUDIT_UNAVAILABLE): the frame is refused the same way, the connection stays.
-                raise AuditUnavailable("the database did not answer; nothing was done, send the frame again",
-                                       {"frame": kind}) from error
+                raise database_unavailable(error) or AuditUnavailable(
+                    "the database did not answer; nothing was done, send the frame again", {"frame": kind}) from error
         except ServiceError as error:
             if kind == "input":  # as POST .../input does, a refused input leaves its own row
                 await self._audit_input_refusal(error)
@@ -452,8 +465,9 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         try:
             await database_threads.run(audit, self.actor, "input", outcome=error.default_code,
                                        terminal_id=self.terminal_id, message=error.message)
-        except ServiceError:
-            logger.exception("auditing a refused input frame failed")  # the refusal is still answered
+        except ServiceError as failure:  # the refusal is still answered
+            if not isinstance(failure, DatabaseUnavailable):  # an outage is logged once, not each frame
+                logger.exception("auditing a refused input frame failed")
 
     async def _audit_refusal(self, code: str) -> None:
         actor = getattr(self, "actor", None) or Actor(source=(self.scope.get("client") or [""])[0] or "")

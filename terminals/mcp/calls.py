@@ -15,13 +15,14 @@ from typing import Any
 
 from channels.db import DatabaseSyncToAsync
 from django.conf import settings
+from django.db import DatabaseError
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent
 
 from .. import sessions
 from ..audit import Actor, audit
-from ..exceptions import ServiceError
+from ..exceptions import DatabaseUnavailable, ServiceError, database_unavailable
 from ..throttling import count_creation
 from .identity import SCOPE_KEY
 
@@ -38,6 +39,8 @@ NEXT_STEP = {
     "RATE_LIMITED": "wait the given number of seconds, then call again",
     "WORKER_UNAVAILABLE": "the service is restarting or overloaded; call again in a few seconds",
     "AUDIT_UNAVAILABLE": "nothing was done; call again in a few seconds",
+    "DATABASE_UNAVAILABLE": "nothing was done; the service's database is restarting or away, call again after the "
+                            "seconds given",
     "TERMINAL_BUSY": "wait for the running command (the wait tool) or interrupt it (send ctrl-c), then call again",
 }
 
@@ -85,11 +88,15 @@ async def call(ctx: Context, profile: str, tool: str, use_case: Callable[[Actor]
         # The call's own row is written on the same thread hop as the use case: a second hop cost about as much as
         # the row itself.
         try:
-            if creates:
-                count_creation(who)
-            value = use_case(who)
+            try:
+                if creates:
+                    count_creation(who)
+                value = use_case(who)
+            except DatabaseError as error:  # the database away: a tool error saying so (the core's one mapping)
+                raise database_unavailable(error) or error
         except ServiceError as error:
-            _audit(who, profile, tool, error.default_code, terminal_id)
+            if not isinstance(error, DatabaseUnavailable):  # its row could not be written either
+                _audit(who, profile, tool, error.default_code, terminal_id)
             raise
         if record:
             _audit(who, profile, tool, "ok", terminal_id)

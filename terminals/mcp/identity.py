@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from channels.db import DatabaseSyncToAsync
+from django.db import DatabaseError
 from rest_framework.exceptions import AuthenticationFailed
 
 from ..audit import Actor
 from ..auth import key_from_headers, missing_key_problem, usable_key
+from ..exceptions import database_unavailable
 
 SCOPE_KEY = "terminals.actor"  # where the transport leaves the caller, for the tools to find
 
@@ -18,6 +20,7 @@ class Refusal:
     status: int
     code: str
     message: str
+    retry_after: int | None = None
 
 
 def headers_of(scope) -> dict[str, str]:
@@ -34,6 +37,11 @@ def _check(key: str, source: str) -> Actor | Refusal:
         record = usable_key(key)
     except AuthenticationFailed as refused:
         return Refusal(401, "UNAUTHORIZED", str(refused.detail))
+    except DatabaseError as error:  # the key cannot be checked while the database is away: 503, try again later
+        unavailable = database_unavailable(error)
+        if unavailable is None:
+            raise
+        return Refusal(unavailable.status_code, unavailable.default_code, unavailable.message, unavailable.wait)
     return Actor(user=record.user, api_key=record, source=source)
 
 

@@ -89,6 +89,9 @@ class McpEndpoint:
         if refusal is not None:
             return await _refuse(send, refusal.status, refusal.code, refusal.message)
         actor = await authenticate(scope)
+        if isinstance(actor, Refusal) and actor.retry_after is not None:  # the database away: nothing to audit in
+            return await _refuse(send, actor.status, actor.code, actor.message, {"retryAfter": actor.retry_after},
+                                 headers=[(b"retry-after", str(actor.retry_after).encode())])
         if isinstance(actor, Refusal):
             await _audit_refusal(Actor(source=f"{client_address(scope)} (MCP)"), path, actor)
             return await _refuse(send, actor.status, actor.code, actor.message,

@@ -25,7 +25,7 @@ from prometheus_client.core import CounterMetricFamily
 from .. import records
 from ..clock import now as database_now
 from ..database_threads import DatabaseThreads
-from ..exceptions import ServiceError
+from ..exceptions import ServiceError, database_unavailable
 from ..environment import PER_USER, SERVICE, homes_base, run_as_policy, unenterable
 from ..runtime import confinement as confine
 from ..runtime import integrity, sealed
@@ -529,7 +529,10 @@ class TerminalWorker:
             return protocol.reply_error(error.code, error.message, error.details)
         except ServiceError as error:  # the database's refusals (AuditUnavailable)
             return protocol.reply_error(error.default_code, error.message, error.details)
-        except Exception:  # noqa: BLE001 - reported to the caller as an internal error
+        except Exception as error:  # noqa: BLE001 - reported to the caller as an internal error
+            unavailable = database_unavailable(error)  # the database away: said as such, its outage logged once
+            if unavailable is not None:
+                return protocol.reply_error(unavailable.default_code, unavailable.message, unavailable.details)
             logger.exception("request %s failed", message.get("type"))
             return protocol.reply_error("INTERNAL_ERROR", "The worker failed to handle the request")
 
