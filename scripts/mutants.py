@@ -285,4 +285,32 @@ MUTANTS = [
         '''if True:''',
         ("tests/test_remove_accounts.py::test_remove_accounts_removes_only_what_the_service_made_and_never_while_a_terminal_runs",),
     ),
+    Mutant(
+        "database-outage-500", "a database out of reach answers 503 DATABASE_UNAVAILABLE, not 500",
+        "terminals/exceptions.py",
+        '''    unavailable = database_unavailable(exc)
+    if unavailable is not None:
+        return unavailable
+''',
+        '''''',
+        ("tests/test_database_outage.py",),
+    ),
+    Mutant(
+        "outage-logged-each-time", "a database outage is logged once, not per request",
+        "terminals/outage.py",
+        '''        if _since is not None:
+            return
+        _since = time.monotonic()''',
+        '''        _since = time.monotonic()''',
+        ("tests/test_database_outage.py",),
+    ),
+    Mutant(
+        "daphne-cancels-before-hooks", "a stopping web process closes its clients before daphne cancels them",
+        "terminals/lifecycle.py",
+        '''        await shut_down()
+        await cancel_applications(server)''',
+        '''        asyncio.ensure_future(shut_down())
+        await cancel_applications(server)''',
+        ("tests/test_web_stop.py",),
+    ),
 ]
