@@ -187,3 +187,29 @@ def test_the_detach_rows_of_a_killed_workers_clients_are_written_when_they_are_c
     wait_for(lambda: len(_detaches(terminal)) == 2, 10, "the detach rows")
     assert [row.details["closeCode"] for row in _detaches(terminal)] == [4409, 4409]
     api.cleanup()
+
+
+def test_a_worker_paused_longer_than_a_lease_keeps_its_viewers(two_webs, keys):
+    """A worker frozen (SIGSTOP) for longer than a lease, with a WebSocket attached: the renewals wait unread in its
+    channel meanwhile, so when it resumes it keeps the viewer instead of dropping it, and output still reaches it."""
+    first, second = two_webs.urls
+    api = Api(second, keys["alice"])
+    terminal = api.create(shell="/bin/bash")["terminalId"]
+    worker = two_webs.process("worker0")
+
+    async def scenario():
+        (client,) = await _clients(first, terminal, keys["alice"], 1)
+        worker.process.send_signal(signal.SIGSTOP)
+        try:
+            await asyncio.sleep(LEASE_SECONDS + 1)  # the outage under test: longer than a lease
+        finally:
+            worker.process.send_signal(signal.SIGCONT)
+        await asyncio.to_thread(api.send, terminal, "echo still-$((6*7))")
+        await client.until_text("still-42", 30)
+        return client
+
+    client = asyncio.run(scenario())
+    assert not any(frame["type"] == "error" for frame in client.frames), client.frames[-3:]
+    assert _viewers(api, terminal) == 1
+    assert "stopped streaming terminal" not in worker.log()
+    api.cleanup()

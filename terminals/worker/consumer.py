@@ -355,7 +355,7 @@ class TerminalWorker:
         self._shutting_down = False
         self._ending_vanished: set[str] = set()  # terminals whose record was deleted, being ended
         self._creating = 0  # creations taken and not yet hosted: their places are spoken for
-        self._leases_checked = float("inf")  # when expire_leases last ran, by the loop's clock
+        self._leases_checked = 0.0  # when expire_leases last ran (or the worker started), by the loop's clock
         self._handlers: dict[str, Callable[[dict], Awaitable[dict]]] = {
             protocol.CREATE: self.handle_create,
             protocol.INPUT: self.handle_input,
@@ -402,6 +402,7 @@ class TerminalWorker:
         self._spawn(self._every(settings.TERMINALS["HEARTBEAT_INTERVAL_MS"] / 1000, self.beat))
         self._spawn(self._every(settings.TERMINALS["SWEEP_INTERVAL_MS"] / 1000, self.sweep_idle))
         self._spawn(self._every(settings.TERMINALS["RECORDING_FLUSH_MS"] / 1000, self.recordings.flush))
+        self._leases_checked = asyncio.get_running_loop().time()
         self._spawn(self._every(leases.RENEW_SECONDS, self.expire_leases))
         _RUNNING.add(self)
         self.ready.set()
