@@ -37,6 +37,14 @@ def _detaches(terminal: str) -> list[AuditEvent]:
     return list(AuditEvent.objects.filter(terminal_id=terminal, action="detach"))
 
 
+def _stays(predicate, seconds: float, what: str) -> None:
+    """Fails as soon as predicate stops holding within seconds (an absence can only be checked over a while)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert predicate(), f"{what} no longer held"
+        time.sleep(0.1)
+
+
 async def _clients(url: str, terminal: str, key: str, count: int) -> list[Live]:
     """count WebSockets on the terminal, every other one read-only, each past the first prompt."""
     clients = [await Live.open(url, terminal, key, **({"mode": "view"} if number % 2 else {}))
@@ -94,6 +102,9 @@ def test_connections_closed_by_a_redis_outage_are_detached_once_and_leave_no_gho
     two_webs.redis, _ = start_redis(port)
     wait_for(lambda: api.get(f"/api/terminals/{terminal}/output").status_code == 200, 20, "the service back")
     wait_for(lambda: _viewers(api, terminal) == 0, DROPPED_WITHIN, "the closed connections to stop counting")
+    # (A detach sent while Redis was away may still go out when it is back; the lease drops the others.) The worker
+    # found each dropped connection's row and wrote none of its own: no row comes for a while after the drop.
+    _stays(lambda: len(_detaches(terminal)) == 2, 3.0, "two detach rows")
     rows = _detaches(terminal)
     assert sorted(row.details["closeCode"] for row in rows) == [4503, 4503], [row.details for row in rows]
     assert all(row.outcome == "ok" for row in rows)
@@ -101,19 +112,24 @@ def test_connections_closed_by_a_redis_outage_are_detached_once_and_leave_no_gho
 
 
 def test_the_viewers_of_a_sigkilled_web_process_are_dropped_and_audited_by_their_worker(two_webs, keys):
-    """A web process SIGKILLed with two WebSockets attached writes nothing more: its worker drops both once their
-    lease goes unrenewed, and writes each one's detach row (outcome LEASE_EXPIRED), so viewers is 0 again and
-    nothing more is sent to the dead process's channels."""
+    """A web process SIGKILLed with two WebSockets and an SSE follow attached writes nothing more: its worker drops
+    all three once their lease goes unrenewed, and writes each WebSocket's detach row (outcome LEASE_EXPIRED), so
+    viewers is 0 again and nothing more is sent to the dead process's channels."""
     first, second = two_webs.urls
     api = Api(second, keys["alice"])
     terminal = api.create(shell="/bin/bash")["terminalId"]
+    follow = Api(first, keys["alice"]).get(f"/api/terminals/{terminal}/output", params={"follow": "true"},
+                                           stream=True, timeout=60)
+    lines = follow.iter_lines(decode_unicode=True)
+    assert next(line for line in lines if line.startswith("event: ")) == "event: attached"
 
     async def scenario():
         await _clients(first, terminal, keys["alice"], 2)
         two_webs.process("web0").stop(signal.SIGKILL)
 
     asyncio.run(scenario())
-    assert _viewers(api, terminal) == 2
+    follow.close()
+    assert _viewers(api, terminal) == 3
     wait_for(lambda: _viewers(api, terminal) == 0, DROPPED_WITHIN, "the dead web process's viewers to be dropped")
     wait_for(lambda: len(_detaches(terminal)) == 2, 10, "a detach row for each connection")
     assert [row.outcome for row in _detaches(terminal)] == ["LEASE_EXPIRED"] * 2
