@@ -50,6 +50,15 @@ class TerminalInactive(ServiceError):
     default_detail = "Terminal is not active"
 
 
+def terminal_inactive(terminal_id, status: str | None = None, *, released: bool) -> TerminalInactive:
+    """The one 409 for a terminal that runs no more, whichever request or interface found it: its status (None when
+    only its worker's answer told), and whether its output can still be read."""
+    head = f"Terminal {terminal_id} is {status}" if status and status != "active" else f"Terminal {terminal_id} has ended"
+    held = "its output is no longer held" if released else "its output can still be read"
+    return TerminalInactive(f"{head} and runs no more; {held}. Create a new terminal to run more.",
+                            {"status": status} if status else {})
+
+
 class RequestTooLarge(ServiceError):
     """The request body is larger than the service accepts."""
 

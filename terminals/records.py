@@ -19,7 +19,7 @@ from django.utils import timezone
 from . import clock
 from .audit import SYSTEM, audit, audit_carried
 from .exceptions import AuditUnavailable
-from .models import Recording, TerminalSession, Worker
+from .models import AuditEvent, Recording, TerminalSession, Worker
 from .runtime.errors import SessionLimitReached
 from .runtime.processes import process_alive
 from .runtime.pty import ExitStatus
@@ -83,6 +83,19 @@ def vanished_end(terminal_id: str, status: ExitStatus | None) -> None:
     status = status or ExitStatus(None, "SIGKILL")
     audit(SYSTEM, "vanished", terminal_id=terminal_id, reason="its record was deleted while it ran; its processes "
           "were ended", exitCode=status.exit_code, signal=status.signal)
+
+
+LEASE_EXPIRED = "LEASE_EXPIRED"  # the outcome of a detach its worker audited: no web process renewed the client
+
+
+def lease_expired(terminal_id: str, connection: str, actor: dict) -> None:
+    """Audits the detach of a WebSocket whose web process stopped renewing it (worker/leases.py), unless that
+    process wrote the detach itself (its detach to the worker was what got lost): one detach row per connection."""
+    if AuditEvent.objects.filter(terminal_id=terminal_id, action="detach", details__connection=connection).exists():
+        return
+    audit_carried(actor, "detach", outcome=LEASE_EXPIRED, terminal_id=terminal_id, connection=connection,
+                  closeCode=None, reason="its web process stopped renewing the connection (it was killed, or lost "
+                  "the channel layer) and the worker stopped streaming to it")
 
 
 def worker_channels_except(worker_ids: list[str], space: str, hostname: str = "") -> list[str]:
@@ -170,6 +183,11 @@ def terminals_cut_off(terminal_ids) -> dict[str, bool]:
                 .values_list("id", "status", "worker_live"))
         cut_off.update({str(key): status == LOST for key, status, live in rows if status == LOST or not live})
     return cut_off
+
+
+def terminal_lost(terminal_id: str) -> bool:
+    """Whether the terminal was marked lost (its worker gone): a request waiting on that worker gives up."""
+    return TerminalSession.objects.filter(pk=terminal_id, status=LOST).exists()
 
 
 def _process_gone(worker: Worker, space: str) -> bool:

@@ -35,10 +35,10 @@ from .exceptions import (
     Forbidden,
     InvalidInput,
     ServiceError,
-    TerminalInactive,
     TerminalNotFound,
     WorkerUnavailable,
     database_unavailable,
+    terminal_inactive,
 )
 from .models import Recording, TerminalSession, ViewGrant, Worker
 from .prepared import PreparedLookup
@@ -273,10 +273,7 @@ def hosting_channel(record: TerminalSession) -> str:
 
 def _hosting_channel(record: TerminalSession) -> str:
     if not record.holds_output:
-        raise TerminalInactive(
-            f"Terminal {record.id} was {('released' if record.released else record.status)}",
-            {"status": record.status},
-        )
+        raise terminal_inactive(record.id, record.status, released=True)
     if record.worker is None or not (_hosted_here(record) or _worker_live(record)):
         raise WorkerUnavailable(f"The worker hosting terminal {record.id} is not answering", {"terminalId": str(record.id)})
     return record.worker.channel
@@ -307,7 +304,7 @@ def _ask_worker(record: TerminalSession, message_type: str, reply_within: float 
         return worker_client.request_sync(_hosting_channel(record), message_type, reply_within, id=str(record.id), **fields)
     except TerminalNotFound:
         # The record exists but its worker no longer holds it: it ended and was freed.
-        raise TerminalInactive(f"Terminal {record.id} is no longer held by its worker") from None
+        raise terminal_inactive(record.id, released=True) from None
 
 
 def require_audit_writable() -> None:
@@ -474,7 +471,7 @@ def _is_control_key(text: str) -> bool:
 def session_write(*, actor: Actor, terminal_id, text: str, append_newline: bool = True, close: bool = False) -> dict:
     record = session_get_for_typing(user=actor.user, terminal_id=terminal_id)
     if not record.is_active:
-        raise TerminalInactive(f"Terminal {record.id} is {record.status}", {"status": record.status})
+        raise terminal_inactive(record.id, record.status, released=not record.holds_output)
     # The limit is on what the client sent; the Enter key added to it does not count.
     if len(text.encode("utf-8", errors="surrogatepass")) > settings.TERMINALS["MAX_INPUT_BYTES"]:
         raise invalid("input", f"longer than {settings.TERMINALS['MAX_INPUT_BYTES']} bytes")
@@ -524,7 +521,7 @@ def session_terminate(
 
 def _require_active(record: TerminalSession) -> None:
     if not record.is_active:
-        raise TerminalInactive(f"Terminal {record.id} is {record.status}", {"status": record.status})
+        raise terminal_inactive(record.id, record.status, released=not record.holds_output)
 
 
 def _wait_seconds(timeout_ms: int) -> float:
@@ -667,7 +664,7 @@ def worker_client_wait(record: TerminalSession, message_type: str, seconds: floa
         with live_connections.holding(actor.user):  # a wait is a live connection of its user, under the same cap
             reply, reason = async_to_sync(_request_while_held)(hold, channel, message_type, reply_within, fields)
     except TerminalNotFound:
-        raise TerminalInactive(f"Terminal {record.id} is no longer held by its worker") from None
+        raise terminal_inactive(record.id, released=True) from None
     if reason is not None:
         raise access.refusal(reason, record.id)
     return reply

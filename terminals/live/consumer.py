@@ -38,11 +38,12 @@ from ..exceptions import (
     TerminalNotFound,
     WorkerUnavailable,
     database_unavailable,
+    terminal_inactive,
 )
 from ..keystrokes import KeyAudit
 from ..runtime.buffer import decode
 from ..worker import client as worker_client
-from ..worker import protocol
+from ..worker import leases, protocol
 from ..worker import watch as worker_watch
 
 logger = logging.getLogger(__name__)
@@ -170,17 +171,18 @@ class TerminalConsumer(AsyncWebsocketConsumer):
                 raise  # told with its error frame, as any refusal for the database's outage
             return CLOSE_UNAVAILABLE
         self.attached = True
+        leases.hold(self.worker_channel, self.terminal_id, self.channel_name)
         self.keys = KeyAudit(self.actor, self.terminal_id)
         self.sent_until = self.acked = self.attachment["fromByte"]
         await self._send({"type": "attached", **self.attachment, "readOnly": self.read_only})
         return None
 
     async def _detach_from_worker(self) -> None:
-        try:
-            await worker_client.request(self.worker_channel, protocol.DETACH, id=self.terminal_id,
-                                        subscriber=self.channel_name)
-        except ServiceError:
-            pass  # the worker forgets subscribers whose channel stays full
+        # Not waited for: a worker that is gone (4409) must not hold up the detach row. One that does not arrive
+        # (Redis away: 4503) is made up for by the worker, which drops a subscriber whose lease nobody renews.
+        leases.release(self.worker_channel, self.terminal_id, self.channel_name)
+        await worker_client.tell(self.worker_channel, protocol.DETACH, id=self.terminal_id,
+                                 subscriber=self.channel_name)
 
     async def _authenticate(self):
         """(actor, key record, what _attach needs): with an API key, the key's check and the terminal's lookup take
@@ -215,37 +217,43 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         self.terminal_id = str(record.id)  # the canonical spelling, for audit rows and worker requests
         return await worker_client.request(channel, protocol.ATTACH, id=str(record.id), subscriber=self.channel_name,
                                            from_byte=from_byte, interactive=not self.read_only,
-                                           who=self.actor.username)
+                                           who=self.actor.username, actor=self.actor.as_dict())
 
     async def disconnect(self, code: int) -> None:
         if getattr(self, "slot", None) is not None:
             self.slot.release()
-        if self in _open:
-            _open.discard(self)
-            metrics.LIVE_CLIENTS.labels("websocket").dec()
         worker_watch.unwatch(self.terminal_id, self)
         closer = getattr(self, "exit_close", None)
         if closer is not None:
             closer.cancel()
         access.access_watch.unwatch(self)
-        if self.attached:
-            self.attached = False
-            # Each step is tried whatever the one before raised: a failed flush must not leave a ghost viewer.
-            try:
-                await self.keys.flush()  # keys sent and not yet on record
-            except Exception:  # noqa: BLE001 - the detach below must still happen
-                logger.exception("keys typed into terminal %s before its client left could not be audited",
-                                 self.terminal_id)
-            try:
-                await self._detach_from_worker()
-            finally:
-                try:
-                    await database_threads.run(audit, self.actor, "detach", terminal_id=self.terminal_id,
-                                               closeCode=getattr(self, "sent_close", None) or code,
-                                               outcome=getattr(self, "access_lost", "ok"))
-                except AuditUnavailable:
-                    logger.warning("the detach from terminal %s (close code %s) could not be audited",
-                                   self.terminal_id, code)
+        try:
+            if self.attached:
+                self.attached = False
+                await self._leave(getattr(self, "sent_close", None) or code)
+        finally:
+            # Only now: a stopping server waits for _open to empty, so it does not exit before the detach is on
+            # record and sent to the worker.
+            if self in _open:
+                _open.discard(self)
+                metrics.LIVE_CLIENTS.labels("websocket").dec()
+
+    async def _leave(self, code: int) -> None:
+        """Puts the detach on record and detaches from the worker. Each step is tried whatever the one before
+        raised: a failed flush must not leave a ghost viewer."""
+        try:
+            await self.keys.flush()  # keys sent and not yet on record
+        except Exception:  # noqa: BLE001 - the detach below must still happen
+            logger.exception("keys typed into terminal %s before its client left could not be audited",
+                             self.terminal_id)
+        try:
+            # connection: the worker audits a detach that no web process renewed (leases.py) unless this row exists.
+            await database_threads.run(audit, self.actor, "detach", terminal_id=self.terminal_id, closeCode=code,
+                                       outcome=getattr(self, "access_lost", "ok"), connection=self.channel_name)
+        except AuditUnavailable:
+            logger.warning("the detach from terminal %s (close code %s) could not be audited", self.terminal_id, code)
+        finally:
+            await self._detach_from_worker()
 
     # From the client
 
@@ -305,7 +313,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         if len(data.encode("utf-8", errors="surrogatepass")) > settings.TERMINALS["MAX_INPUT_BYTES"]:
             raise InvalidInput(f"input: longer than {settings.TERMINALS['MAX_INPUT_BYTES']} bytes")
         if self.exit_offset is not None:
-            raise TerminalInactive(f"Terminal {self.terminal_id} has ended")
+            raise terminal_inactive(self.terminal_id, released=False)
         # The keystroke path: the terminal and its worker are known since the attach, so a key costs its audit
         # (keystrokes.py: a row before anything that can run goes out) and one request to the worker.
         await self.keys.before_sending(data)
@@ -313,7 +321,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             await worker_client.request(self.worker_channel, protocol.INPUT, id=self.terminal_id, data=data,
                                         close=False)
         except TerminalNotFound:
-            raise TerminalInactive(f"Terminal {self.terminal_id} is no longer held by its worker") from None
+            raise terminal_inactive(self.terminal_id, released=True) from None
 
     async def _resize(self, frame: dict) -> None:
         # The core's one size check, here before the keys are flushed and the terminal looked up (it raises
@@ -416,6 +424,17 @@ class TerminalConsumer(AsyncWebsocketConsumer):
                                                 f"?fromByte={self.sent_until} to continue where this stopped.")
         await self.close(code=CLOSE_UNAVAILABLE)
 
+    async def terminal_stream_dropped(self, event: dict) -> None:
+        """The worker stopped streaming here: this process did not renew the lease in time (leases.py)."""
+        if not self.attached:
+            return
+        logger.warning("live connection closed: the worker of terminal %s stopped streaming to it (its lease was "
+                       "not renewed); client told to reconnect from byte %d", self.terminal_id, self.sent_until)
+        await self._error("WORKER_UNAVAILABLE", f"The terminal's worker stopped streaming to this connection; "
+                                                f"reconnect with ?fromByte={self.sent_until} to continue where this "
+                                                f"stopped.")
+        await self.close(code=CLOSE_UNAVAILABLE)
+
     async def server_stopping(self) -> None:
         if self.closing:
             return
@@ -433,8 +452,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         if not self.attached or self.exit_offset is not None:
             return
         if event["lost"]:
-            await self._error("TERMINAL_INACTIVE", "The terminal's worker went away and the terminal is lost; "
-                                                   "its output is gone. Create a new terminal.")
+            await self._error("TERMINAL_INACTIVE", terminal_inactive(self.terminal_id, "lost", released=True).message)
         else:
             await self._error("WORKER_UNAVAILABLE", f"The terminal's worker stopped answering; reconnect later with "
                                                     f"?fromByte={self.sent_until} to continue where this stopped.")

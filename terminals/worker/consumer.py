@@ -39,7 +39,7 @@ from ..runtime.processes import marked_processes, process_space, signal_number
 from ..runtime.pty import MARKER_VARIABLE, ExitStatus, PtySession, SpawnSpec, check_window_size
 from ..runtime.shell import ShellSession, TerminalBusy
 from ..runtime.signals import kill_marked
-from . import protocol
+from . import leases, protocol
 from .recordings import RecordingKeeper, read_chunk
 from .shapes import bytes_data, command_data, command_summary, exit_status_data, info_data, line_read_data, stats_data
 from .streaming import OutputFanout
@@ -355,6 +355,7 @@ class TerminalWorker:
         self._shutting_down = False
         self._ending_vanished: set[str] = set()  # terminals whose record was deleted, being ended
         self._creating = 0  # creations taken and not yet hosted: their places are spoken for
+        self._leases_checked = 0.0  # when expire_leases last ran (or the worker started), by the loop's clock
         self._handlers: dict[str, Callable[[dict], Awaitable[dict]]] = {
             protocol.CREATE: self.handle_create,
             protocol.INPUT: self.handle_input,
@@ -377,6 +378,7 @@ class TerminalWorker:
             protocol.COMMAND_LIST: self.handle_command_list,
             protocol.ATTACH: self.handle_attach,
             protocol.DETACH: self.handle_detach,
+            protocol.RENEW: self.handle_renew,
             protocol.RECORDING_READ: self.handle_recording_read,
         }
 
@@ -400,6 +402,8 @@ class TerminalWorker:
         self._spawn(self._every(settings.TERMINALS["HEARTBEAT_INTERVAL_MS"] / 1000, self.beat))
         self._spawn(self._every(settings.TERMINALS["SWEEP_INTERVAL_MS"] / 1000, self.sweep_idle))
         self._spawn(self._every(settings.TERMINALS["RECORDING_FLUSH_MS"] / 1000, self.recordings.flush))
+        self._leases_checked = asyncio.get_running_loop().time()
+        self._spawn(self._every(leases.RENEW_SECONDS, self.expire_leases))
         _RUNNING.add(self)
         self.ready.set()
         logger.info("terminal worker %s listening on %s", self.id, self.channel)
@@ -727,7 +731,8 @@ class TerminalWorker:
         from_byte = message.get("from_byte")
         start = session.buffer.oldest_byte if from_byte is None else from_byte
         self.fanout.subscribe(message["id"], session, message["subscriber"], start,
-                              interactive=message.get("interactive", False), who=message.get("who", ""))
+                              interactive=message.get("interactive", False), who=message.get("who", ""),
+                              actor=message.get("actor"))
         return {"terminalId": message["id"], "fromByte": start, "oldestByte": session.buffer.oldest_byte,
                 "totalBytes": session.buffer.end, "isActive": session.is_alive, "cols": session.cols,
                 "rows": session.rows, "viewers": self.fanout.watching(message["id"])}
@@ -735,6 +740,29 @@ class TerminalWorker:
     async def handle_detach(self, message: dict) -> dict:
         self.fanout.unsubscribe(message["id"], message["subscriber"])
         return {"terminalId": message["id"], "viewers": self.fanout.watching(message["id"])}
+
+    async def handle_renew(self, message: dict) -> dict:
+        self.fanout.renew(message.get("subscribers") or [])
+        return {}
+
+    async def expire_leases(self) -> None:
+        """Stops streaming to the subscribers no web process renewed (leases.py): the web process is gone, or its
+        detach was. Each channel is told once, in case a client still reads there, and a WebSocket's detach is
+        audited unless its web process did it."""
+        now = asyncio.get_running_loop().time()
+        paused = now - self._leases_checked > 2 * leases.RENEW_SECONDS + 1.0
+        self._leases_checked = now
+        for terminal_id, subscriber in self.fanout.expire(leases.LEASE_SECONDS, paused=paused):
+            logger.warning("stopped streaming terminal %s to %s: its lease was not renewed for %g s (its web "
+                           "process is gone, or its detach was lost)", terminal_id, subscriber.channel,
+                           leases.LEASE_SECONDS)
+            try:
+                await self.layer.send(subscriber.channel, {"type": protocol.STREAM_DROPPED, "terminal": terminal_id})
+            except Exception as error:  # noqa: BLE001 - nobody may read there, which is the usual case
+                logger.info("telling %s its stream ended failed: %s", subscriber.channel, error)
+            if subscriber.actor is not None:
+                self.database.submit(lambda terminal_id=terminal_id, subscriber=subscriber: records.lease_expired(
+                    terminal_id, subscriber.channel, subscriber.actor))
 
     async def handle_recording_read(self, message: dict) -> dict:
         data = await asyncio.to_thread(read_chunk, message["path"], message["offset"], message["length"])

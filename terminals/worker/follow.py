@@ -13,10 +13,10 @@ from django.conf import settings
 
 from .. import access, database_threads
 from ..audit import Actor, audit
-from ..exceptions import ServiceError
+from ..exceptions import ServiceError, terminal_inactive
 from ..runtime.buffer import decode
 from . import client as worker_client
-from . import protocol
+from . import leases, protocol
 from . import watch as worker_watch
 
 logger = logging.getLogger(__name__)
@@ -51,12 +51,14 @@ async def follow(terminal_id: str, worker_channel: str, from_byte: int | None, a
         return
     expected = attached["fromByte"]
     keepalive = settings.TERMINALS["SSE_KEEPALIVE_MS"] / 1000
-    yield Event("attached", attached, expected)
     watcher = _WorkerWatcher(layer, channel)
+    leases.hold(worker_channel, terminal_id, channel)
     worker_watch.watch(terminal_id, watcher)
     if actor is not None:
         access.access_watch.watch(watcher, access.hold_of(actor, terminal_id), watcher.access_lost)
     try:
+        # Inside the try: a client gone before it took this first event is detached too, not renewed for good.
+        yield Event("attached", attached, expected)
         while True:
             try:
                 message = await asyncio.wait_for(layer.receive(channel), keepalive)
@@ -78,8 +80,12 @@ async def follow(terminal_id: str, worker_channel: str, from_byte: int | None, a
             elif kind == protocol.STREAM_EXIT and message["offset"] == expected:
                 yield Event("exit", {"exitCode": message["exitCode"], "signal": message["signal"]}, expected)
                 return
+            elif kind == protocol.STREAM_DROPPED:
+                yield Event("error", {"code": "WORKER_UNAVAILABLE", "message": "The terminal's worker stopped "
+                                      "streaming to this follow; reconnect with Last-Event-ID"})
+                return
             elif kind == worker_watch.WORKER_LOST:
-                yield Event("error", _worker_lost_error(message["lost"]))
+                yield Event("error", _worker_lost_error(terminal_id, message["lost"]))
                 return
             elif kind == ACCESS_LOST:
                 await _audit_lost_access(actor, terminal_id, message["reason"])
@@ -87,6 +93,7 @@ async def follow(terminal_id: str, worker_channel: str, from_byte: int | None, a
                     message["reason"], terminal_id).message})
                 return
     finally:
+        leases.release(worker_channel, terminal_id, channel)
         worker_watch.unwatch(terminal_id, watcher)
         access.access_watch.unwatch(watcher)
         # The client may be gone already: detach without waiting for the answer.
@@ -120,16 +127,12 @@ async def _audit_lost_access(actor: Actor, terminal_id: str, reason: str) -> Non
         logger.warning("the end of a follow of terminal %s (%s) could not be audited", terminal_id, reason)
 
 
-def _worker_lost_error(lost: bool) -> dict:
+def _worker_lost_error(terminal_id: str, lost: bool) -> dict:
     if lost:
-        return {"code": "TERMINAL_INACTIVE",
-                "message": "The terminal's worker went away and the terminal is lost; its output is gone"}
+        return {"code": "TERMINAL_INACTIVE", "message": terminal_inactive(terminal_id, "lost", released=True).message}
     return {"code": "WORKER_UNAVAILABLE",
             "message": "The terminal's worker stopped answering; reconnect later with Last-Event-ID"}
 
 
 async def _detach(worker_channel: str, terminal_id: str, channel: str) -> None:
-    try:
-        await worker_client.request(worker_channel, protocol.DETACH, id=terminal_id, subscriber=channel)
-    except ServiceError:
-        pass
+    await worker_client.tell(worker_channel, protocol.DETACH, id=terminal_id, subscriber=channel)

@@ -50,7 +50,9 @@ COMMAND_GET = "terminal.command.get"  # id, command_id, read
 COMMAND_WAIT = "terminal.command.wait"  # id, command_id, timeout, read
 COMMAND_LIST = "terminal.command.list"  # id
 ATTACH = "terminal.attach"  # id, subscriber (a channel), from_byte: stream the output there from from_byte (None: oldest); who: the user
-DETACH = "terminal.detach"  # id, subscriber
+DETACH = "terminal.detach"  # id, subscriber; sent with no reply_to, nothing answers it
+RENEW = "worker.viewers.renew"  # subscribers: [[terminal id, channel], ...], the leases a web process renews
+#                                 (leases.py); no reply_to, nothing answers it
 RECORDING_READ = "worker.recording.read"  # path, offset, length: part of a recording file on this worker's host
 RECORDING_CHUNK_BYTES = 256 * 1024  # the most one RECORDING_READ answers, well under a channel message's size
 ACCOUNT = "worker.account"  # username: makes the user's own Unix account (per-user), answers its name and home
@@ -60,6 +62,7 @@ PING = "worker.ping"  # nothing; answers the worker's id and how many terminals 
 STREAM_OUTPUT = "terminal.stream.output"  # terminal, offset, data (bytes, whole characters)
 STREAM_GAP = "terminal.stream.gap"  # terminal, from, to: bytes evicted before they could be sent
 STREAM_EXIT = "terminal.stream.exit"  # terminal, exitCode, signal, offset
+STREAM_DROPPED = "terminal.stream.dropped"  # terminal: the subscriber's lease expired, nothing more comes (leases.py)
 
 REPLY = "terminal.reply"
 

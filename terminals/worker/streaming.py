@@ -45,6 +45,8 @@ class Subscriber:
     lagging_since: float | None = None
     undelivered: bool = False  # the channel layer failed the last send: retry, without the abandon clock
     exit_sent: bool = False
+    renewed: float = 0.0  # when its web process last renewed its lease (leases.py), by the loop's clock
+    actor: dict | None = None  # whom a WebSocket attached for (Actor.as_dict()), to audit a detach nobody sent
 
 
 @dataclass
@@ -95,7 +97,7 @@ class OutputFanout:
 
     def subscribe(
         self, terminal_id: str, session: PtySession, channel: str, from_byte: int, *, interactive: bool = False,
-        who: str = "",
+        who: str = "", actor: dict | None = None,
     ) -> Subscriber:
         """Starts (or restarts, from a new byte) sending a terminal's output to a channel."""
         feed = self.feeds.get(terminal_id) or self.feeds.setdefault(terminal_id, TerminalFeed.watching(session))
@@ -103,7 +105,8 @@ class OutputFanout:
         # A client resuming after a pause keeps its place in the kept output; a new one starts within the limits.
         replay_from = known.replay_from if known is not None else session.buffer.oldest_byte
         subscriber = Subscriber(channel=channel, next_byte=max(0, from_byte), interactive=interactive,
-                                replay_from=replay_from, who=who or (known.who if known else ""))
+                                replay_from=replay_from, who=who or (known.who if known else ""),
+                                renewed=asyncio.get_running_loop().time(), actor=actor or (known.actor if known else None))
         feed.subscribers[channel] = subscriber
         session.on_output = lambda: self.notify(terminal_id)
         self._update_emulator(feed)
@@ -124,6 +127,29 @@ class OutputFanout:
                 feed.session.on_output = None  # nobody watches: the read path does no extra work
                 feed.stop_copying()
                 self.feeds.pop(terminal_id, None)
+
+    def renew(self, leases: list) -> None:
+        """A web process still reads at these [terminal id, channel] pairs (leases.py)."""
+        now = asyncio.get_running_loop().time()
+        for terminal_id, channel in leases:
+            feed = self.feeds.get(terminal_id)
+            subscriber = feed.subscribers.get(channel) if feed is not None else None
+            if subscriber is not None:
+                subscriber.renewed = now
+
+    def expire(self, lease_seconds: float, *, paused: bool = False) -> list[tuple[str, Subscriber]]:
+        """Drops and returns the subscribers whose lease went lease_seconds unrenewed. paused: this process did not
+        run for a while (the renewals wait unread in its channel), so every lease counts as renewed now instead."""
+        now = asyncio.get_running_loop().time()
+        expired = []
+        for terminal_id, feed in list(self.feeds.items()):
+            for channel, subscriber in list(feed.subscribers.items()):
+                if paused:
+                    subscriber.renewed = max(subscriber.renewed, now)
+                elif now - subscriber.renewed > lease_seconds:
+                    self.unsubscribe(terminal_id, channel)
+                    expired.append((terminal_id, subscriber))
+        return expired
 
     def watching(self, terminal_id: str) -> int:
         feed = self.feeds.get(terminal_id)
