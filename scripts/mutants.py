@@ -313,4 +313,18 @@ MUTANTS = [
         await cancel_applications(server)''',
         ("tests/test_web_stop.py",),
     ),
+    Mutant(
+        "lease-never-expires", "a viewer whose web process stopped renewing it is dropped and audited",
+        "terminals/worker/streaming.py",
+        '''                elif now - subscriber.renewed > lease_seconds:''',
+        '''                elif False:''',
+        ("tests/test_live_detach.py::test_the_viewers_of_a_sigkilled_web_process_are_dropped_and_audited_by_their_worker",),
+    ),
+    Mutant(
+        "in-flight-409-at-deadline", "a request in flight on a killed worker answers 409 once its terminal is lost",
+        "terminals/worker/client.py",
+        '''        exchange = _unless_lost(exchange, fields["id"])''',
+        '''        pass''',
+        ("tests/test_live_detach.py::test_a_command_in_flight_on_a_killed_worker_answers_409_once_the_terminal_is_lost",),
+    ),
 ]
