@@ -411,6 +411,15 @@ def checked_window_size(cols, rows) -> tuple[int, int]:
     return cols, rows
 
 
+def checked_input(text: str) -> str:
+    """The one check of input's size, whatever the interface typed it (REST, the WebSocket, MCP, ACP): at most
+    MAX_INPUT_BYTES of what the client sent (an Enter key the service adds does not count)."""
+    limit = settings.TERMINALS["MAX_INPUT_BYTES"]
+    if len(text.encode("utf-8", errors="surrogatepass")) > limit:
+        raise invalid("input", f"longer than {limit} bytes (TERMINALS_MAX_INPUT_BYTES)")
+    return text
+
+
 def should_record(username: str, requested: bool) -> bool:
     """A terminal is recorded when its creation asks, or when the policy records all, or all of its user's."""
     config = settings.TERMINALS
@@ -472,10 +481,7 @@ def session_write(*, actor: Actor, terminal_id, text: str, append_newline: bool 
     record = session_get_for_typing(user=actor.user, terminal_id=terminal_id)
     if not record.is_active:
         raise terminal_inactive(record.id, record.status, released=not record.holds_output)
-    # The limit is on what the client sent; the Enter key added to it does not count.
-    if len(text.encode("utf-8", errors="surrogatepass")) > settings.TERMINALS["MAX_INPUT_BYTES"]:
-        raise invalid("input", f"longer than {settings.TERMINALS['MAX_INPUT_BYTES']} bytes")
-    data = normalize_input(text, append_newline=append_newline)
+    data = normalize_input(checked_input(text), append_newline=append_newline)
     # The audit row is written before the bytes reach the terminal; when it cannot be, audit() raises
     # AuditUnavailable (503) and nothing is sent.
     audit(actor, "input", terminal_id=record.id, outcome="sent", input=data, **({"close": True} if close else {}))

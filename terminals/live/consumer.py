@@ -20,13 +20,12 @@ from autobahn.exception import Disconnected
 from channels.db import DatabaseSyncToAsync
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.consumer import get_handler_name
-from django.conf import settings
 from django.db import DatabaseError
-from rest_framework.exceptions import AuthenticationFailed
 
-from .. import access, database_threads, json_input, lifecycle, live_connections, metrics, origins, sessions
-from ..audit import Actor, audit
-from ..auth import key_from_headers, usable_key
+from .. import (access, attachments, database_threads, json_input, lifecycle, live_connections, metrics, origins,
+               sessions)
+from ..audit import Actor
+from ..auth import key_from_headers
 from ..exceptions import (
     AuditUnavailable,
     DatabaseUnavailable,
@@ -40,10 +39,7 @@ from ..exceptions import (
     database_unavailable,
     terminal_inactive,
 )
-from ..keystrokes import KeyAudit
 from ..runtime.buffer import decode
-from ..worker import client as worker_client
-from ..worker import leases, protocol
 from ..worker import watch as worker_watch
 
 logger = logging.getLogger(__name__)
@@ -141,48 +137,37 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         """Checks credentials, origin and the terminal; attaches. Returns a close code on refusal."""
         self.actor, self.api_key, found = await self._authenticate()
         if self.actor is None:
-            await self._audit_refusal("UNAUTHORIZED")
+            await self._refuse("UNAUTHORIZED")
             return CLOSE_UNAUTHORIZED
         if self.api_key is None and not self._origin_allowed():
-            await self._audit_refusal("FORBIDDEN")
+            await self._refuse("FORBIDDEN")
             return CLOSE_FOREIGN_ORIGIN
         try:
             self.slot = live_connections.take(self.actor.user)  # given back in disconnect(), whatever happens next
         except LimitReached:
-            await self._audit_refusal(LimitReached.default_code)
+            await self._refuse(LimitReached.default_code)
             return CLOSE_TOO_MANY
-        try:
-            from_byte = _from_byte(query)
-            self.attachment = await self._attach(from_byte, found)
-        except (ValueError, ServiceError) as error:
-            code = error.default_code if isinstance(error, ServiceError) else "INVALID_INPUT"
-            await self._audit_refusal(code)
-            if isinstance(error, Forbidden):  # staff, interactive, on another user's terminal: say to use mode=view
-                await self._error(code, error.message)
-            return CLOSE_CODES.get(type(error), CLOSE_NOT_FOUND if code == "TERMINAL_NOT_FOUND" else 4400)
         # On record before the client gets a byte; when it cannot be, the attach is undone and refused. (Output the
         # worker pushes meanwhile waits: a consumer handles its channel's messages after connect() returns.)
         try:
-            await database_threads.run(audit, self.actor, "attach", terminal_id=self.terminal_id,
-                                       mode="view" if self.read_only else "interactive")
-        except AuditUnavailable as error:
-            await self._detach_from_worker()
+            self.link = await attachments.attach(self.actor, self.terminal_id, read_only=self.read_only,
+                                                 subscriber=self.channel_name, from_byte=_from_byte(query),
+                                                 found=found)
+        except (ValueError, ServiceError) as error:
             if isinstance(error, DatabaseUnavailable):
                 raise  # told with its error frame, as any refusal for the database's outage
-            return CLOSE_UNAVAILABLE
+            if isinstance(error, AuditUnavailable):  # the attach row: it was undone
+                return CLOSE_UNAVAILABLE
+            code = error.default_code if isinstance(error, ServiceError) else "INVALID_INPUT"
+            await self._refuse(code)
+            if isinstance(error, Forbidden):  # staff, interactive, on another user's terminal: say to use mode=view
+                await self._error(code, error.message)
+            return CLOSE_CODES.get(type(error), CLOSE_NOT_FOUND if code == "TERMINAL_NOT_FOUND" else 4400)
+        self.terminal_id = self.link.terminal_id
         self.attached = True
-        leases.hold(self.worker_channel, self.terminal_id, self.channel_name)
-        self.keys = KeyAudit(self.actor, self.terminal_id)
-        self.sent_until = self.acked = self.attachment["fromByte"]
-        await self._send({"type": "attached", **self.attachment, "readOnly": self.read_only})
+        self.sent_until = self.acked = self.link.answer["fromByte"]
+        await self._send({"type": "attached", **self.link.answer, "readOnly": self.read_only})
         return None
-
-    async def _detach_from_worker(self) -> None:
-        # Not waited for: a worker that is gone (4409) must not hold up the detach row. One that does not arrive
-        # (Redis away: 4503) is made up for by the worker, which drops a subscriber whose lease nobody renews.
-        leases.release(self.worker_channel, self.terminal_id, self.channel_name)
-        await worker_client.tell(self.worker_channel, protocol.DETACH, id=self.terminal_id,
-                                 subscriber=self.channel_name)
 
     async def _authenticate(self):
         """(actor, key record, what _attach needs): with an API key, the key's check and the terminal's lookup take
@@ -190,7 +175,8 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         source = (self.scope.get("client") or ["", 0])[0] or ""
         key = presented_key(self.scope)
         if key is not None:
-            record, found = await database_threads.run(_key_and_terminal, key, self.terminal_id, self.read_only)
+            record, found = await database_threads.run(attachments.find_with_key, key, self.terminal_id,
+                                                       self.read_only)
             if record is None:
                 return None, None, None
             return Actor(user=record.user, api_key=record, source=source), record, found
@@ -207,18 +193,6 @@ class TerminalConsumer(AsyncWebsocketConsumer):
                                       scheme=self.scope.get("scheme", "ws"),
                                       host=headers.get(b"host", b"").decode("latin-1"))
 
-    async def _attach(self, from_byte: int | None, found) -> dict:
-        if found is None:
-            found = await database_threads.run(_record_and_channel, self.actor.user, self.terminal_id, self.read_only)
-        if isinstance(found, Exception):  # the lookup made with the key's check refused
-            raise found
-        record, channel = found
-        self.worker_channel = channel
-        self.terminal_id = str(record.id)  # the canonical spelling, for audit rows and worker requests
-        return await worker_client.request(channel, protocol.ATTACH, id=str(record.id), subscriber=self.channel_name,
-                                           from_byte=from_byte, interactive=not self.read_only,
-                                           who=self.actor.username, actor=self.actor.as_dict())
-
     async def disconnect(self, code: int) -> None:
         if getattr(self, "slot", None) is not None:
             self.slot.release()
@@ -230,30 +204,14 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         try:
             if self.attached:
                 self.attached = False
-                await self._leave(getattr(self, "sent_close", None) or code)
+                await attachments.detach(self.link, close_code=getattr(self, "sent_close", None) or code,
+                                         outcome=getattr(self, "access_lost", "ok"))
         finally:
             # Only now: a stopping server waits for _open to empty, so it does not exit before the detach is on
             # record and sent to the worker.
             if self in _open:
                 _open.discard(self)
                 metrics.LIVE_CLIENTS.labels("websocket").dec()
-
-    async def _leave(self, code: int) -> None:
-        """Puts the detach on record and detaches from the worker. Each step is tried whatever the one before
-        raised: a failed flush must not leave a ghost viewer."""
-        try:
-            await self.keys.flush()  # keys sent and not yet on record
-        except Exception:  # noqa: BLE001 - the detach below must still happen
-            logger.exception("keys typed into terminal %s before its client left could not be audited",
-                             self.terminal_id)
-        try:
-            # connection: the worker audits a detach that no web process renewed (leases.py) unless this row exists.
-            await database_threads.run(audit, self.actor, "detach", terminal_id=self.terminal_id, closeCode=code,
-                                       outcome=getattr(self, "access_lost", "ok"), connection=self.channel_name)
-        except AuditUnavailable:
-            logger.warning("the detach from terminal %s (close code %s) could not be audited", self.terminal_id, code)
-        finally:
-            await self._detach_from_worker()
 
     # From the client
 
@@ -303,31 +261,24 @@ class TerminalConsumer(AsyncWebsocketConsumer):
                     "the database did not answer; nothing was done, send the frame again", {"frame": kind}) from error
         except ServiceError as error:
             if kind == "input":  # as POST .../input does, a refused input leaves its own row
-                await self._audit_input_refusal(error)
+                await attachments.refuse_keys(self.link, error)
             await self._error(error.default_code, error.message)
 
     async def _input(self, frame: dict) -> None:
         data = frame.get("data")
         if not isinstance(data, str):
             raise InvalidInput("input: data must be a string")
-        if len(data.encode("utf-8", errors="surrogatepass")) > settings.TERMINALS["MAX_INPUT_BYTES"]:
-            raise InvalidInput(f"input: longer than {settings.TERMINALS['MAX_INPUT_BYTES']} bytes")
         if self.exit_offset is not None:
             raise terminal_inactive(self.terminal_id, released=False)
         # The keystroke path: the terminal and its worker are known since the attach, so a key costs its audit
         # (keystrokes.py: a row before anything that can run goes out) and one request to the worker.
-        await self.keys.before_sending(data)
-        try:
-            await worker_client.request(self.worker_channel, protocol.INPUT, id=self.terminal_id, data=data,
-                                        close=False)
-        except TerminalNotFound:
-            raise terminal_inactive(self.terminal_id, released=True) from None
+        await attachments.type_keys(self.link, data)
 
     async def _resize(self, frame: dict) -> None:
         # The core's one size check, here before the keys are flushed and the terminal looked up (it raises
         # InvalidInput, an error frame naming the field and its bound).
         cols, rows = sessions.checked_window_size(frame.get("cols"), frame.get("rows"))
-        await self.keys.flush()  # the keys typed before it are on record before it acts
+        await self.link.keys.flush()  # the keys typed before it are on record before it acts
         await database_sync_to_async(sessions.session_resize)(actor=self.actor, terminal_id=self.terminal_id,
                                                               cols=cols, rows=rows)
 
@@ -338,7 +289,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         name = name if name.startswith("SIG") else "SIG" + name
         if name not in SIGNALS:
             return await self._error("INVALID_INPUT", f"signal: {name} is not one of {', '.join(SIGNALS)}")
-        await self.keys.flush()  # the keys typed before it are on record before it acts
+        await self.link.keys.flush()  # the keys typed before it are on record before it acts
         await database_sync_to_async(sessions.session_signal)(actor=self.actor, terminal_id=self.terminal_id, signal=name)
 
     async def _ack(self, frame: dict) -> None:
@@ -352,8 +303,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         if self.paused_at is not None and self.sent_until - self.acked < WINDOW_BYTES // 2:
             # Caught up: the worker resends what was dropped while paused, from its buffer.
             resume, self.paused_at = self.paused_at, None
-            await worker_client.request(self.worker_channel, protocol.ATTACH, id=self.terminal_id,
-                                        subscriber=self.channel_name, from_byte=resume, interactive=not self.read_only)
+            await attachments.resume(self.link, resume)
 
     # From the worker
 
@@ -479,26 +429,9 @@ class TerminalConsumer(AsyncWebsocketConsumer):
     async def _error(self, code: str, message: str) -> None:
         await self._send({"type": "error", "code": code, "message": message})
 
-    async def _audit_input_refusal(self, error: ServiceError) -> None:
-        try:
-            await database_threads.run(audit, self.actor, "input", outcome=error.default_code,
-                                       terminal_id=self.terminal_id, message=error.message)
-        except ServiceError as failure:  # the refusal is still answered
-            if not isinstance(failure, DatabaseUnavailable):  # an outage is logged once, not each frame
-                logger.exception("auditing a refused input frame failed")
-
-    async def _audit_refusal(self, code: str) -> None:
+    async def _refuse(self, code: str) -> None:
         actor = getattr(self, "actor", None) or Actor(source=(self.scope.get("client") or [""])[0] or "")
-        await database_threads.run(audit, actor, "attach", outcome=code, terminal_id=_uuid(self.terminal_id))
-
-
-def _record_and_channel(user, terminal_id: str, read_only: bool):
-    # One trip to a database thread for both, not two: an attach is on the create-to-first-prompt path.
-    # A viewer may also watch a terminal its owner shared with them; typing needs the terminal itself, and one's own
-    # (staff watch other users' terminals with mode=view: sessions.session_get_for_typing).
-    find = sessions.session_get_for_viewing if read_only else sessions.session_get_for_typing
-    record = find(user=user, terminal_id=terminal_id)
-    return record, sessions.hosting_channel(record)
+        await attachments.refuse(actor, self.terminal_id, code)
 
 
 def _from_byte(query: dict) -> int | None:
@@ -519,29 +452,8 @@ def presented_key(scope) -> str | None:
                             headers.get(b"authorization", b"").decode("latin-1"))
 
 
-def _key_and_terminal(key: str, terminal_id: str, read_only: bool):
-    """(the key's record, the terminal's (record, channel) or the ServiceError finding it raised); (None, None) for
-    a key that is unknown, revoked, expired or whose user is disabled. The key is checked as REST checks it."""
-    try:
-        record = usable_key(key)
-    except AuthenticationFailed:
-        return None, None
-    try:
-        return record, _record_and_channel(record.user, terminal_id, read_only)
-    except ServiceError as error:
-        return record, error
-
-
 def _shown(value, limit: int = 60) -> str:
     """A client's value quoted in an error frame, cut short: a frame can be 256 KiB."""
     text = repr(value)
     return text if len(text) <= limit else text[:limit] + "..."
 
-
-def _uuid(value: str):
-    import uuid
-
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        return None
