@@ -4,6 +4,7 @@ UTS and PID namespace of its own, as tests/test_worker_hosts.py runs them) and s
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import signal
@@ -278,9 +279,18 @@ def postgres_stats(url: str) -> dict | None:
     return {"transactions": row[0], "rows_written": row[1]}
 
 
+def machine_ticks() -> tuple[int, int]:
+    """(busy, all) CPU ticks of the whole machine since boot, from /proc/stat (iowait counts as idle)."""
+    with open("/proc/stat") as stat:
+        fields = [int(value) for value in stat.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return sum(fields) - idle, sum(fields)
+
+
 def stats_snapshot(deployment: Deployment) -> dict:
     return {
         "at": time.monotonic(),
+        "machine": machine_ticks(),
         "processes": process_snapshot(deployment.kinds),
         "redis": _quietly(redis_info, deployment.redis_url),
         "postgres": _quietly(postgres_stats, deployment.database_url),
@@ -290,6 +300,10 @@ def stats_snapshot(deployment: Deployment) -> dict:
 def stats_between(before: dict, after: dict) -> dict:
     seconds = after["at"] - before["at"]
     measured = {"processes": process_costs(before["processes"], after["processes"], seconds)}
+    busy, every = (after["machine"][0] - before["machine"][0]), (after["machine"][1] - before["machine"][1])
+    cores = os.cpu_count() or 1
+    measured["machine_busy"] = 100 * cores * busy / every if every else math.nan  # % of one core, like the rest
+    measured["others_cpu"] = measured["machine_busy"] - sum(cost["cpu"] for cost in measured["processes"].values())
     if before["redis"] and after["redis"]:
         measured["redis_ops"] = (after["redis"]["commands"] - before["redis"]["commands"]) / seconds
         measured["redis_mb"] = after["redis"]["memory_mb"]

@@ -499,6 +499,7 @@ def _summary(outcome: dict) -> str:
 
 def _costs(outcome: dict) -> str:
     parts = [f"{kind} {cost['cpu']:.0f}% {cost['rss_mb']:.0f} MB" for kind, cost in outcome["processes"].items()]
+    parts.append(f"other processes {outcome['others_cpu']:.0f}%")
     if "redis_ops" in outcome:
         parts.append(f"Redis {outcome['redis_ops']:.0f} ops/s {outcome['redis_mb']:.1f} MB")
     if "pg_tps" in outcome:
@@ -572,6 +573,8 @@ STEP_ROWS = (
     ("cpu_total", "CPU of the service's processes (web, workers, Redis, PostgreSQL), % of a core",
      Target.note("reported"), None),
     ("cpu_kinds", "CPU by process kind, % of a core", Target.note("reported"), None),
+    ("others_cpu", "CPU of other processes on the machine (not the service, its shells or the benchmark), % of a "
+     "core", Target.note("context: a busy machine shows here"), None),
     ("rss_kinds", "memory (PSS) by process kind, MB", Target.note("reported"), None),
     ("stores", "Redis commands/s and memory; PostgreSQL transactions/s and rows written/s", Target.note("reported"),
      None),
