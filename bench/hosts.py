@@ -276,7 +276,13 @@ def postgres_stats(url: str) -> dict | None:
             "SELECT xact_commit + xact_rollback, tup_inserted + tup_updated + tup_deleted "
             "FROM pg_stat_database WHERE datname = current_database()"
         ).fetchone()
-    return {"transactions": row[0], "rows_written": row[1]}
+        # Counted, not from the statistics: a backend may report its counts up to seconds late.
+        audit = connection.execute("SELECT count(*) FROM terminals_auditevent").fetchone()[0]
+        clients = connection.execute("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
+                                     ).fetchone()[0]
+        limit = int(connection.execute("SHOW max_connections").fetchone()[0])
+    return {"transactions": row[0], "rows_written": row[1], "audit_rows": audit, "connections": clients,
+            "max_connections": limit}
 
 
 def machine_ticks() -> tuple[int, int]:
@@ -310,6 +316,8 @@ def stats_between(before: dict, after: dict) -> dict:
     if before["postgres"] and after["postgres"]:
         measured["pg_tps"] = (after["postgres"]["transactions"] - before["postgres"]["transactions"]) / seconds
         measured["pg_writes"] = (after["postgres"]["rows_written"] - before["postgres"]["rows_written"]) / seconds
+        measured["audit_rows"] = (after["postgres"]["audit_rows"] - before["postgres"]["audit_rows"]) / seconds
+        measured["pg_connections"] = f"{after['postgres']['connections']} of {after['postgres']['max_connections']}"
     return measured
 
 
@@ -343,4 +351,5 @@ def totals_between(before: dict, after: dict) -> dict:
     if before["postgres"] and after["postgres"]:
         amounts["pg_xacts"] = after["postgres"]["transactions"] - before["postgres"]["transactions"]
         amounts["pg_rows"] = after["postgres"]["rows_written"] - before["postgres"]["rows_written"]
+        amounts["audit_rows"] = after["postgres"]["audit_rows"] - before["postgres"]["audit_rows"]
     return amounts

@@ -240,7 +240,11 @@ class Fleet:
         await self._locate()
         setup = time.monotonic() - setup
         await asyncio.sleep(1.0)  # the new shells print their prompts
-        outcome = await self._window(step)
+        try:
+            outcome = await self._window(step)
+        except Exception as error:  # noqa: BLE001 - the deployment broke under this step: that is its outcome
+            return {"step": step, "broken": [f"the step failed: {error!r}"[:200]], "echo_samples": [],
+                    "setup_s": setup}
         outcome["setup_s"] = setup
         outcome["hosts"] = _count_by_host(self.host_of, self.terminals)
         outcome["broken"] = _broken(outcome)
@@ -350,7 +354,11 @@ class Fleet:
     async def _mark(self) -> list[Watcher]:
         """Closes each open watcher's book at its terminal's total output now (GET .../stats)."""
         live_watchers = [watcher for watcher in self.watchers if watcher.closed is None]
-        totals = await asyncio.gather(*(self.rest(n).stats(w.terminal) for n, w in enumerate(live_watchers)))
+        totals = await asyncio.gather(*(self.rest(n).stats(w.terminal) for n, w in enumerate(live_watchers)),
+                                      return_exceptions=True)
+        failed = [total for total in totals if isinstance(total, Exception)]
+        if failed:  # without a terminal's total its watcher's book cannot be closed: the step failed
+            raise RuntimeError(f"{len(failed)} of {len(totals)} stats reads failed, the first: {failed[0]}")
         for watcher, stats in zip(live_watchers, totals, strict=True):
             watcher.mark(stats["totalBytes"])
         return live_watchers
@@ -451,7 +459,8 @@ def _unit_text(per: dict) -> str:
     if "redis" in per:
         parts.append(f"Redis commands {per['redis']:.1f}")
     if "pg_xacts" in per:
-        parts.append(f"PostgreSQL transactions {per['pg_xacts']:.2f}, rows written {per['pg_rows']:.2f}")
+        parts.append(f"PostgreSQL transactions {per['pg_xacts']:.2f}, rows written {per['pg_rows']:.2f} "
+                     f"(audit rows {per['audit_rows']:.2f})")
     return "; ".join(parts)
 
 
@@ -576,7 +585,8 @@ STEP_ROWS = (
     ("others_cpu", "CPU of other processes on the machine (not the service, its shells or the benchmark), % of a "
      "core", Target.note("context: a busy machine shows here"), None),
     ("rss_kinds", "memory (PSS) by process kind, MB", Target.note("reported"), None),
-    ("stores", "Redis commands/s and memory; PostgreSQL transactions/s and rows written/s", Target.note("reported"),
+    ("stores", "Redis commands/s, memory; PostgreSQL transactions/s, rows written/s (audit rows), connections",
+     Target.note("reported"),
      None),
 )
 
@@ -597,10 +607,11 @@ def _rows(result: FigureResult, ramp: list[Step], ours: dict, peer: object) -> N
     units = split.get("units")
     for name, per in (units.items() if isinstance(units, dict) else ()):
         cpu = " / ".join(f"{per.get(f'cpu:{kind}', math.nan):.2f}" for kind in ("web", "worker", "redis", "postgres"))
-        stores = " / ".join(f"{per.get(key, math.nan):.2f}" for key in ("redis", "pg_xacts", "pg_rows"))
+        stores = " / ".join(f"{per.get(key, math.nan):.2f}" for key in ("redis", "pg_xacts", "pg_rows", "audit_rows"))
         result.row(f"unit cost of one {name} (split, alone): CPU ms of web / worker / Redis / PostgreSQL",
                    values={"split": cpu}, target=Target.note("for docs/capacity.md"))
-        result.row(f"unit cost of one {name} (split, alone): Redis commands / PostgreSQL transactions / rows written",
+        result.row(f"unit cost of one {name} (split, alone): Redis commands / PostgreSQL transactions / rows written / "
+                   "audit rows",
                    values={"split": stores}, target=Target.note("for docs/capacity.md"))
     for mode, measured in ours.items():
         if isinstance(measured, dict) and measured.get("samples"):
@@ -642,7 +653,8 @@ def _stores(outcome: dict) -> str | None:
     if "redis_ops" in outcome:
         parts.append(f"Redis {outcome['redis_ops']:,.0f}/s, {outcome['redis_mb']:.1f} MB")
     if "pg_tps" in outcome:
-        parts.append(f"PostgreSQL {outcome['pg_tps']:,.0f}/s, {outcome['pg_writes']:,.0f} rows/s")
+        parts.append(f"PostgreSQL {outcome['pg_tps']:,.0f}/s, {outcome['pg_writes']:,.0f} rows/s "
+                     f"({outcome['audit_rows']:,.0f} audit), {outcome['pg_connections']} connections")
     return "; ".join(parts) or None
 
 
