@@ -55,6 +55,18 @@ class Deployment:
     database_url: str = ""
     hosts: dict[str, HostProcess] = field(default_factory=dict)  # hostname -> its unshare process
     stoppers: list = field(default_factory=list)
+    environment: dict[str, str] = field(default_factory=dict)  # the worker hosts' environment
+
+    def restart_host(self, hostname: str) -> None:
+        """Starts a worker on a host that was stopped (killed): a new namespace with the same hostname."""
+        old = self.hosts[hostname]
+        if old.alive():
+            raise RuntimeError(f"{hostname} is still running")
+        host = start_host(hostname, len(self.stoppers), self.environment)
+        self.hosts[hostname] = host
+        self.stoppers.append(host.stop)
+        workers = self.kinds["worker"]
+        workers[:] = [pid for pid in workers if os.path.exists(f"/proc/{pid}")] + [_worker_below(host.pid)]
 
     @property
     def url(self) -> str:
@@ -106,7 +118,7 @@ def _start_split(deployment: Deployment, hosts: int, webs: int, settings: dict[s
     redis, deployment.redis_url = servers.start_redis()
     deployment.stoppers.append(redis.stop)
     deployment.kinds["redis"] = [redis.pid]
-    environment = servers.service_env(REDIS_URL=deployment.redis_url, **env)
+    environment = deployment.environment = servers.service_env(REDIS_URL=deployment.redis_url, **env)
     for number in range(hosts):
         host = start_host(f"host-{chr(ord('a') + number)}", number, environment)
         deployment.stoppers.append(host.stop)

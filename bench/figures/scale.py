@@ -104,18 +104,27 @@ async def _ours(mode: str, ramp: list[Step]) -> dict:
                 if outcome["broken"]:
                     log(f"{mode}: the ramp stops at step {number}: {'; '.join(outcome['broken'])}")
                     break
+                if mode == "split" and number == 1:
+                    # At the first step's load, while the deployment is healthy (a broken step may have taken every
+                    # host down); the host comes back and the ramp goes on with three.
+                    measured["failover"] = await _failover(fleet)
             measured["samples"] = outcome["echo_samples"]
-            if mode == "split":
-                measured["failover"] = failover = await attempt("failover", fleet.failover)
-                if isinstance(failover, dict):
-                    log(f"failover: {failover['terminals']} terminals of {failover['host']} lost after "
-                        f"{failover['lost_s']:.1f} s, its {failover['clients']} clients closed after "
-                        f"{failover['told_s']:.1f} s (codes {failover['codes']}, {failover['untold']} never told); "
-                        f"the other hosts' echo p50/p99 {failover['others_echo_p50']:.1f}/"
-                        f"{failover['others_echo_p99']:.1f} ms")
             return measured
     finally:
         await asyncio.to_thread(deployment.stop)
+
+
+async def _failover(fleet: Fleet) -> object:
+    failover = await attempt("failover", fleet.failover)
+    if isinstance(failover, dict):
+        log(f"failover: {failover['terminals']} terminals of {failover['host']} lost after {failover['lost_s']:.1f} s, "
+            f"its {failover['clients']} clients closed after {failover['told_s']:.1f} s (codes {failover['codes']}, "
+            f"{failover['untold']} never told); the other hosts' echo p50/p99 {failover['others_echo_p50']:.1f}/"
+            f"{failover['others_echo_p99']:.1f} ms")
+    restarted = await attempt("restarting the killed host", fleet.replace_lost_host)
+    if isinstance(restarted, Failure):
+        raise RuntimeError(f"the killed host did not come back: {restarted.reason}")
+    return failover
 
 
 class Fleet:
@@ -131,6 +140,8 @@ class Fleet:
         self.host_of: dict[str, str] = {}
         self.workers: dict[str, str] = {}
         self.stalled = None  # a client that attached and never reads again: it must slow nobody else
+        self.lost_host = ""
+        self.late_terminal = ""  # the printing terminal that keeps LATE_LIMIT bytes
 
     async def __aenter__(self) -> Fleet:
         if self.deployment.mode == "split":
@@ -197,9 +208,10 @@ class Fleet:
             self.host_of[terminal["terminalId"]] = self.workers.get(terminal["worker"], "?")
 
     async def _add_printers(self, count: int) -> None:
-        if not self.watchers and count:
-            # The first keeps only LATE_LIMIT bytes, so a client attaching from byte 0 must be told of a gap.
+        if count and self.late_terminal not in {watcher.terminal for watcher in self.watchers}:
+            # One keeps only LATE_LIMIT bytes, so a client attaching from byte 0 must be told of a gap.
             created = [*await self._create(1, outputByteLimit=LATE_LIMIT), *await self._create(count - 1)]
+            self.late_terminal = created[0]
         else:
             created = await self._create(count)
         for number, terminal in enumerate(created):
@@ -215,7 +227,7 @@ class Fleet:
     async def _late_joiner(self) -> dict:
         """A client attaching from byte 0 to the first printing terminal, which keeps only LATE_LIMIT bytes: until
         it reaches the terminal's total, what it got as output, what gap frames announced, and what neither."""
-        terminal = self.watchers[0].terminal
+        terminal = self.late_terminal
         watcher = await Watcher.open(self.endpoint(0), terminal, mode="view", fromByte=0)
         task = asyncio.ensure_future(watcher.run())
         try:
@@ -269,7 +281,8 @@ class Fleet:
         polls = [latency for latencies in results[len(typing) : -1] for latency in latencies]
         creations = results[-1]
         delivery = await self._delivery(starts, watching)
-        late = await attempt("late joiner", self._late_joiner) if self.watchers else None
+        watched = {watcher.terminal for watcher in self.watchers}
+        late = await attempt("late joiner", self._late_joiner) if self.late_terminal in watched else None
         if isinstance(late, dict):
             delivery.update(late)
             delivery["silent"] += late["late_silent"]
@@ -400,6 +413,7 @@ class Fleet:
         await asyncio.sleep(1.0)
         killed = time.monotonic()
         await asyncio.to_thread(self.deployment.hosts[victim].stop)
+        self.lost_host = victim
         log(f"failover: SIGKILLed {victim} ({len(doomed)} terminals, {len(clients)} clients)")
         lost_after = await self._until_lost(doomed, killed, timeout=60)
         told_deadline = time.monotonic() + 15
@@ -425,6 +439,17 @@ class Fleet:
             "others_echo_p99": percentile(ms(during), 0.99),
             "others_echo_count": len(during),
         }
+
+    async def replace_lost_host(self) -> None:
+        """After the failover: the killed host's terminals leave the fleet, and the host starts again, empty."""
+        victim = self.lost_host
+        gone = {terminal for terminal, host in self.host_of.items() if host == victim}
+        self.idle = [terminal for terminal in self.idle if terminal not in gone]
+        self.watchers = [watcher for watcher in self.watchers if watcher.terminal not in gone]
+        self.typists = [typist for typist in self.typists if typist.terminal not in gone]
+        await asyncio.to_thread(self.deployment.restart_host, victim)
+        self.workers = await asyncio.to_thread(hosts.wait_for_workers, self.deployment.endpoints[0], HOSTS)
+        await self._locate()
 
     async def _until_lost(self, doomed: set[str], killed: float, timeout: float) -> float:
         deadline = killed + timeout
