@@ -365,3 +365,20 @@ def totals_between(before: dict, after: dict) -> dict:
         amounts["pg_rows"] = after["postgres"]["rows_written"] - before["postgres"]["rows_written"]
         amounts["audit_rows"] = after["postgres"]["audit_rows"] - before["postgres"]["audit_rows"]
     return amounts
+
+
+# Causes the processes' logs name, in words for the table (the first that matches is given).
+KNOWN_CAUSES = (
+    ("too many clients already", "PostgreSQL out of connections, workers' heartbeats failed; "),
+)
+
+
+def known_cause(deployment: Deployment) -> str:
+    """A known reason for a failure, read from the worker hosts' logs ("" when none is found)."""
+    logs = []
+    for host in deployment.hosts.values():
+        try:
+            logs.append(host.log())
+        except OSError:
+            continue
+    return next((cause for text, cause in KNOWN_CAUSES if any(text in log for log in logs)), "")

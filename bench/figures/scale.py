@@ -255,7 +255,8 @@ class Fleet:
         try:
             outcome = await self._window(step)
         except Exception as error:  # noqa: BLE001 - the deployment broke under this step: that is its outcome
-            return {"step": step, "broken": [f"the step failed: {error!r}"[:200]], "echo_samples": [],
+            cause = hosts.known_cause(self.deployment)
+            return {"step": step, "broken": [f"{cause}the step failed: {error!r}"[:300]], "echo_samples": [],
                     "setup_s": setup}
         outcome["setup_s"] = setup
         outcome["hosts"] = _count_by_host(self.host_of, self.terminals)
