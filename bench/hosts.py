@@ -56,6 +56,7 @@ class Deployment:
     hosts: dict[str, HostProcess] = field(default_factory=dict)  # hostname -> its unshare process
     stoppers: list = field(default_factory=list)
     environment: dict[str, str] = field(default_factory=dict)  # the worker hosts' environment
+    started: list = field(default_factory=list)  # the ServiceProcesses it started (their logs go with it)
 
     def restart_host(self, hostname: str) -> None:
         """Starts a worker on a host that was stopped (killed): a new namespace with the same hostname."""
@@ -65,6 +66,7 @@ class Deployment:
         host = start_host(hostname, len(self.stoppers), self.environment)
         self.hosts[hostname] = host
         self.stoppers.append(host.stop)
+        self.started.append(host)
         workers = self.kinds["worker"]
         workers[:] = [pid for pid in workers if os.path.exists(f"/proc/{pid}")] + [_worker_below(host.pid)]
 
@@ -78,6 +80,8 @@ class Deployment:
                 stopper()
             except Exception as error:  # noqa: BLE001 - stop everything else all the same
                 log(f"stopping part of the {self.mode} deployment failed: {error!r}")
+        for process in self.started:  # their logs, as bench/service.py removes its servers' logs
+            process.log_path.unlink(missing_ok=True)
 
 
 def start_postgres() -> tuple[str, str] | None:
@@ -117,11 +121,13 @@ def _start_split(deployment: Deployment, hosts: int, webs: int, settings: dict[s
     deployment.key = service._create_key(env)  # migrates, then makes the staff key
     redis, deployment.redis_url = servers.start_redis()
     deployment.stoppers.append(redis.stop)
+    deployment.started.append(redis)
     deployment.kinds["redis"] = [redis.pid]
     environment = deployment.environment = servers.service_env(REDIS_URL=deployment.redis_url, **env)
     for number in range(hosts):
         host = start_host(f"host-{chr(ord('a') + number)}", number, environment)
         deployment.stoppers.append(host.stop)
+        deployment.started.append(host)
         deployment.hosts[host.hostname] = host
         deployment.kinds["worker"].append(_worker_below(host.pid))
     for number in range(webs):
@@ -132,6 +138,7 @@ def _start_split(deployment: Deployment, hosts: int, webs: int, settings: dict[s
             environment,
         )
         deployment.stoppers.append(web.stop)
+        deployment.started.append(web)
         deployment.kinds["web"].append(web.pid)
         deployment.endpoints.append(Endpoint(f"http://127.0.0.1:{port}", ""))
     for endpoint in deployment.endpoints:
