@@ -22,8 +22,9 @@ from django.db.backends.signals import connection_created
 logger = logging.getLogger(__name__)
 
 # PostgreSQL's SQLSTATEs of a connection that failed or was ended by the server: class 08 (connection exception),
-# 57P01-57P03 (admin shutdown, crash shutdown, cannot connect now: a server stopping or starting).
-_GONE_STATES = ("57P01", "57P02", "57P03")
+# 57P01-57P03 (admin shutdown, crash shutdown, cannot connect now: a server stopping or starting), and 53300 (too
+# many connections: every slot of max_connections taken, which bench figure 11 saw under a ramp of pollers).
+_GONE_STATES = ("57P01", "57P02", "57P03", "53300")
 
 _lock = threading.Lock()
 _since: float | None = None  # monotonic time the current outage was noticed; None while the database answers

@@ -147,3 +147,37 @@ def test_every_interface_answers_503_database_unavailable_during_an_outage_and_w
     assert log.count("INFO terminals.outage: database available again") == 1, log[-5000:]
     assert "Service Unavailable" not in log  # django.request's line for each 503
     api.cleanup()
+
+
+def test_a_database_out_of_connections_answers_503_not_500(cluster, deployment):
+    """Every slot of PostgreSQL's max_connections taken (as bench figure 11 saw under a ramp of pollers): requests
+    that need a new connection answer 503 DATABASE_UNAVAILABLE with Retry-After, never a 500, and once the slots
+    are free everything answers again."""
+    import concurrent.futures
+
+    import psycopg
+
+    server, _, api = deployment
+    terminal = api.create(shell="/bin/bash")["terminalId"]
+    held = []
+    try:
+        while True:  # every slot, the superusers' reserve included (the service connects as a superuser here)
+            try:
+                held.append(psycopg.connect(cluster.url, autocommit=True))
+            except psycopg.OperationalError as refused:
+                assert "too many" in str(refused), refused
+                break
+        # More requests at once than the web process has threads with a connection: new threads need new ones.
+        headers = {"X-API-Key": api.http.headers["X-API-Key"]}
+        with concurrent.futures.ThreadPoolExecutor(max_workers=24) as pool:
+            answers = list(pool.map(lambda _: requests.get(f"{server.url}/api/terminals/{terminal}",
+                                                           headers=headers, timeout=30), range(48)))
+    finally:
+        for connection in held:
+            connection.close()
+    statuses = sorted({answer.status_code for answer in answers})
+    assert 500 not in statuses and set(statuses) <= {200, 503}, statuses
+    refused = [answer for answer in answers if answer.status_code == 503]
+    assert refused, "no request needed a new connection: the test did not exhaust the database's connections"
+    assert all(_refused_for_the_outage(answer) for answer in refused), refused[0].text
+    assert wait_for(lambda: api.get(f"/api/terminals/{terminal}").status_code == 200, 20, "the service answering")
