@@ -17,11 +17,13 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Actor:
-    """Who is acting: a user with the key they used and the address they came from."""
+    """Who is acting: a user with the key they used and the address they came from, and the longest the
+    interface they came through lets one call wait (None: only the core's MAX_WAIT_MS; sessions.wait_bound_ms)."""
 
     user: object | None = None
     api_key: object | None = None
     source: str = ""
+    max_wait_ms: int | None = None
 
     @classmethod
     def from_request(cls, request) -> Actor:

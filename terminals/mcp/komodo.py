@@ -25,7 +25,7 @@ from typing_extensions import TypedDict
 
 from .. import sessions
 from ..exceptions import InvalidInput, TerminalInactive
-from .calls import agent_env, call, result, wait_ms
+from .calls import agent_env, call, result
 from .toolset import ToolSet
 
 PROFILE = "komodo"
@@ -183,7 +183,7 @@ async def get_output(ctx: Context, session_id: str, options: OutputOptions | Non
         record = sessions.session_detail(user=actor.user, terminal_id=session_id)
         if not record["pty"]:
             if follow and record["status"] == "active":
-                sessions.session_wait_exit(actor=actor, terminal_id=session_id, timeout_ms=wait_ms(FOLLOW_MS))
+                sessions.session_wait_exit(actor=actor, terminal_id=session_id, timeout_ms=FOLLOW_MS)
             if options.get("lines") is None and since is None:  # all of it: the exact bytes, as printed
                 streams = {name: sessions.session_read(actor=actor, terminal_id=session_id, options={
                     "from_byte": 0, "max_bytes": settings.TERMINALS["MAX_READ_BYTES"], "strip_ansi": True,
@@ -206,7 +206,7 @@ async def get_output(ctx: Context, session_id: str, options: OutputOptions | Non
         last = api_commands[-1]["commandId"]
         if follow:
             got = sessions.session_command_wait(actor=actor, terminal_id=session_id, command_id=last,
-                                                timeout_ms=wait_ms(FOLLOW_MS), read=read)
+                                                timeout_ms=FOLLOW_MS, read=read)
         else:
             got = sessions.session_command_get(actor=actor, terminal_id=session_id, command_id=last, read=read)
         return last, got["output"], "", got["exitCode"], got["status"] == "completed"

@@ -15,7 +15,7 @@ from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from .. import sessions
-from .calls import agent_env, call, checked_signal, result, wait_ms
+from .calls import actor_of, agent_env, call, checked_signal, result
 from .toolset import ToolSet
 
 PROFILE = "persistent-terminal"
@@ -91,7 +91,7 @@ async def wait_for_output(
 ) -> CallToolResult:
     if pattern:
         return await _wait_for_pattern(ctx, terminalId, pattern, timeout)
-    deadline = time.monotonic() + wait_ms(timeout) / 1000
+    deadline = time.monotonic() + sessions.wait_bound_ms(actor_of(ctx), timeout) / 1000
 
     async def stats(record: bool = False):
         return await call(ctx, PROFILE, "wait_for_output", lambda actor: sessions.session_stats(
@@ -143,7 +143,7 @@ async def _wait_for_pattern(ctx: Context, terminal_id: str, pattern: str, timeou
     that backtracks for ever (Python's re, on the event loop, held every user's requests for seconds)."""
     def wait(actor):
         start = sessions.session_stats(actor=actor, terminal_id=terminal_id)["totalBytes"]
-        return sessions.session_wait_output(actor=actor, terminal_id=terminal_id, pattern=pattern, timeout_ms=wait_ms(timeout),
+        return sessions.session_wait_output(actor=actor, terminal_id=terminal_id, pattern=pattern, timeout_ms=timeout,
                                             from_byte=start, until_input=False)
 
     data = await call(ctx, PROFILE, "wait_for_output", wait, terminal_id=terminal_id, long=True)

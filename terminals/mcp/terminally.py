@@ -20,7 +20,7 @@ from pydantic import Field
 from typing_extensions import NotRequired, TypedDict
 
 from .. import sessions
-from .calls import agent_env, call, result, wait_ms
+from .calls import agent_env, call, result
 from .toolset import ToolSet
 
 PROFILE = "terminally"
@@ -137,7 +137,7 @@ async def execute_command(
     timeout_ms: Annotated[float, Field(description="Max wait for END marker; default 10000")] = 10000,
     strip_ansi: Annotated[bool, Field(description="Strip ANSI sequences (default false)")] = False,
 ) -> Annotated[CallToolResult, ExecuteResult]:
-    timeout = wait_ms(_whole(timeout_ms, "timeout_ms", minimum=1))
+    timeout = _whole(timeout_ms, "timeout_ms", minimum=1)
     limit = settings.TERMINALS["MAX_OUTPUT_LINES"]
     read = {"mode": "full", "head_lines": 0, "tail_lines": 0, "max_lines": limit, "strip_ansi": strip_ansi}
     ran = await call(ctx, PROFILE, "execute_command", lambda actor: sessions.session_command_run(
@@ -177,7 +177,7 @@ async def stop_process(
         """Signals the foreground program, then waits (a little) until the shell is back at its prompt, so the
         tab takes the next command at once; False when the program is still running after STOP_SECONDS."""
         sessions.session_signal(actor=actor, terminal_id=window_id, signal=signal)
-        deadline = time.monotonic() + wait_ms(STOP_SECONDS * 1000) / 1000
+        deadline = time.monotonic() + sessions.wait_bound_ms(actor, STOP_SECONDS * 1000) / 1000
         while time.monotonic() < deadline:
             if not sessions.session_detail(user=actor.user, terminal_id=window_id).get("busy"):
                 return True

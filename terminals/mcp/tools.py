@@ -20,7 +20,7 @@ from pydantic import Field
 from typing_extensions import NotRequired, TypedDict
 
 from .. import sessions
-from .calls import agent_env, call, checked_signal, result, wait_ms
+from .calls import agent_env, call, checked_signal, result
 from .toolset import ToolSet
 
 PROFILE = "terminals"
@@ -278,7 +278,6 @@ async def run_command(
     max_chars: MaxChars = DEFAULT_MAX_CHARS,
     strip_ansi: Annotated[bool, Field(description="Remove escape sequences (default true)")] = True,
 ) -> Annotated[CallToolResult, CommandResult]:
-    timeout = wait_ms(timeout_ms)
     new_terminal = not terminal_id
     if new_terminal:
         created = await call(ctx, PROFILE, "create_terminal", lambda actor: sessions.session_create(
@@ -288,7 +287,7 @@ async def run_command(
         raise ToolError("INVALID_INPUT: cwd is for a new terminal. Next: leave out terminal_id, or run "
                         "`cd <dir>` in the terminal.")
     ran = await call(ctx, PROFILE, "run_command", lambda actor: sessions.session_command_run(
-        actor=actor, terminal_id=terminal_id, command=command, timeout_ms=timeout, wait=True,
+        actor=actor, terminal_id=terminal_id, command=command, timeout_ms=timeout_ms, wait=True,
         read=_read_all(strip_ansi)), terminal_id=terminal_id, long=True)
     data = _command(ran, max_chars, terminal_id)
     return result(data, _command_text(data, new_terminal))
@@ -304,9 +303,8 @@ async def wait_for_command(
     max_chars: MaxChars = DEFAULT_MAX_CHARS,
     strip_ansi: bool = True,
 ) -> Annotated[CallToolResult, CommandResult]:
-    timeout = wait_ms(timeout_ms)
     ran = await call(ctx, PROFILE, "wait_for_command", lambda actor: sessions.session_command_wait(
-        actor=actor, terminal_id=terminal_id, command_id=command_id, timeout_ms=timeout,
+        actor=actor, terminal_id=terminal_id, command_id=command_id, timeout_ms=timeout_ms,
         read=_read_all(strip_ansi)), terminal_id=terminal_id, long=True)
     data = _command(ran, max_chars, terminal_id)
     return result(data, _command_text(data))
@@ -370,7 +368,7 @@ async def wait_for_output(
     max_chars: MaxChars = DEFAULT_MAX_CHARS,
 ) -> Annotated[CallToolResult, Waited]:
     waited = await call(ctx, PROFILE, "wait_for_output", lambda actor: sessions.session_wait_output(
-        actor=actor, terminal_id=terminal_id, pattern=pattern, timeout_ms=wait_ms(timeout_ms),
+        actor=actor, terminal_id=terminal_id, pattern=pattern, timeout_ms=timeout_ms,
         from_byte=from_byte if from_byte >= 0 else None, until_input=until_input),
         terminal_id=terminal_id, long=True)
     output, cut, _ = bounded(waited["output"], max_chars)
@@ -421,9 +419,8 @@ async def wait_for_exit(
     ctx: Context, terminal_id: TerminalId,
     timeout_ms: Annotated[int, Field(ge=0, description="Longest wait (default 30000)")] = 30_000,
 ) -> Annotated[CallToolResult, Exited]:
-    timeout = wait_ms(timeout_ms)
     data = await call(ctx, PROFILE, "wait_for_exit", lambda actor: sessions.session_wait_exit(
-        actor=actor, terminal_id=terminal_id, timeout_ms=timeout), terminal_id=terminal_id, long=True)
+        actor=actor, terminal_id=terminal_id, timeout_ms=timeout_ms), terminal_id=terminal_id, long=True)
     return result({"exited": not data["timedOut"], "exit_code": data["exitCode"], "signal": data["signal"]})
 
 
