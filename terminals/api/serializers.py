@@ -17,10 +17,6 @@ from ..sessions import SIGNALS
 STREAMS = ("both", "stdout", "stderr")
 
 
-def _limit(name: str) -> int:
-    return settings.TERMINALS[name]
-
-
 class WholeNumber(serializers.IntegerField):
     """An integer field that is always bounded: a number no database column could hold is a 400, never a 500.
     Without a max_value of its own it takes the largest integer a database column stores."""
@@ -29,6 +25,30 @@ class WholeNumber(serializers.IntegerField):
         kwargs.setdefault("max_value", json_input.LARGEST_STORED_INTEGER)
         kwargs.setdefault("min_value", -json_input.LARGEST_STORED_INTEGER - 1)
         super().__init__(**kwargs)
+
+
+class UpToSetting(WholeNumber):
+    """A whole number from min_value up to a setting, settings.TERMINALS[setting]: the one source of that bound, read
+    each time a value is checked and when the schema is made (its maximum), never copied at import."""
+
+    def __init__(self, setting: str, **kwargs) -> None:
+        super().__init__(max_value=None, **kwargs)  # no bound fixed now: at_most reads it when used
+        self.setting = setting
+        self.validators.append(self.at_most)
+
+    @property
+    def max_value(self) -> int | None:
+        setting = getattr(self, "setting", None)  # None while IntegerField's __init__ runs: no fixed validator
+        return settings.TERMINALS[setting] if setting else None
+
+    @max_value.setter
+    def max_value(self, value) -> None:
+        pass  # the bound is the setting's
+
+    def at_most(self, value: int) -> None:
+        limit = self.max_value
+        if value > limit:
+            raise serializers.ValidationError(f"Ensure this value is less than or equal to {limit}.", code="max_value")
 
 
 class Choice(serializers.ChoiceField):
@@ -93,8 +113,8 @@ class TerminalCreateSerializer(RequestSerializer):
     args = serializers.ListField(child=serializers.CharField(allow_blank=True, trim_whitespace=False), required=False, max_length=1000)
     cwd = serializers.CharField(required=False, allow_blank=True, max_length=4096, trim_whitespace=False)
     env = EnvField(required=False)
-    cols = WholeNumber(required=False, default=80, min_value=1, max_value=_limit("MAX_COLS"))
-    rows = WholeNumber(required=False, default=24, min_value=1, max_value=_limit("MAX_ROWS"))
+    cols = UpToSetting("MAX_COLS", required=False, default=80, min_value=1)
+    rows = UpToSetting("MAX_ROWS", required=False, default=24, min_value=1)
     name = serializers.CharField(required=False, allow_blank=True, max_length=100)
     pty = serializers.BooleanField(required=False, default=True, help_text="false: pipes, stdout and stderr apart")
     outputByteLimit = WholeNumber(required=False, min_value=1, max_value=LARGEST_OUTPUT_BYTE_LIMIT,
@@ -128,18 +148,6 @@ class TerminalCreateSerializer(RequestSerializer):
         data["session_id"] = data.pop("sessionId", "")
         return data
 
-    def validate_cols(self, value: int) -> int:
-        return _at_most(value, _limit("MAX_COLS"))
-
-    def validate_rows(self, value: int) -> int:
-        return _at_most(value, _limit("MAX_ROWS"))
-
-
-def _at_most(value: int, limit: int) -> int:
-    if value > limit:
-        raise serializers.ValidationError(f"Ensure this value is less than or equal to {limit}.")
-    return value
-
 
 class TerminalInputSerializer(RequestSerializer):
     input = serializers.CharField(allow_blank=True, trim_whitespace=False)
@@ -151,17 +159,10 @@ class ReadOptionsSerializer(RequestSerializer):
     """How much of a text to show: the modes of the REST contract, and escape-sequence stripping."""
 
     mode = Choice(choices=MODES, required=False, default="full")
-    headLines = WholeNumber(required=False, default=50, min_value=0, max_value=_limit("MAX_OUTPUT_LINES"))
-    tailLines = WholeNumber(required=False, default=50, min_value=0, max_value=_limit("MAX_OUTPUT_LINES"))
-    maxLines = WholeNumber(required=False, default=1000, min_value=1, max_value=_limit("MAX_OUTPUT_LINES"))
+    headLines = UpToSetting("MAX_OUTPUT_LINES", required=False, default=50, min_value=0)
+    tailLines = UpToSetting("MAX_OUTPUT_LINES", required=False, default=50, min_value=0)
+    maxLines = UpToSetting("MAX_OUTPUT_LINES", required=False, default=1000, min_value=1)
     stripAnsi = serializers.BooleanField(required=False, default=False)
-
-    def validate(self, attrs):
-        limit = _limit("MAX_OUTPUT_LINES")
-        for field in ("headLines", "tailLines", "maxLines"):
-            if attrs[field] > limit:
-                raise serializers.ValidationError({field: f"Ensure this value is less than or equal to {limit}."})
-        return attrs
 
     def read(self) -> dict:
         data = self.validated_data
@@ -178,13 +179,10 @@ class OutputQuerySerializer(ReadOptionsSerializer):
     since = WholeNumber(required=False, min_value=0)
     sinceTime = serializers.DateTimeField(required=False, help_text="Lines that arrived at or after this time")
     fromByte = WholeNumber(required=False, min_value=0, help_text="Read by byte offset instead of line")
-    maxBytes = WholeNumber(required=False, default=65536, min_value=1, max_value=_limit("MAX_READ_BYTES"))
+    maxBytes = UpToSetting("MAX_READ_BYTES", required=False, default=65536, min_value=1)
     stream = Choice(choices=STREAMS, required=False, default="both")
     follow = serializers.BooleanField(required=False, default=False,
                                       help_text="Stream as Server-Sent Events until the process exits")
-
-    def validate_maxBytes(self, value: int) -> int:
-        return _at_most(value, _limit("MAX_READ_BYTES"))
 
     def options(self) -> dict:
         data = self.validated_data
@@ -202,25 +200,20 @@ class OutputQuerySerializer(ReadOptionsSerializer):
 
 class CommandRunSerializer(ReadOptionsSerializer):
     command = serializers.CharField(trim_whitespace=False, max_length=1 << 20)
-    timeoutMs = WholeNumber(required=False, default=10_000, min_value=1, max_value=_limit("MAX_WAIT_MS"))
+    timeoutMs = UpToSetting("MAX_WAIT_MS", required=False, default=10_000, min_value=1)
     wait = serializers.BooleanField(required=False, default=True)
 
     def validate_command(self, value: str) -> str:
         if not value.strip():
             raise serializers.ValidationError("Must not be blank.")
-        if len(value.encode("utf-8", errors="surrogatepass")) > _limit("MAX_INPUT_BYTES"):
-            raise serializers.ValidationError(f"Longer than {_limit('MAX_INPUT_BYTES')} bytes.")
+        limit = settings.TERMINALS["MAX_INPUT_BYTES"]
+        if len(value.encode("utf-8", errors="surrogatepass")) > limit:
+            raise serializers.ValidationError(f"Longer than {limit} bytes.")
         return value
-
-    def validate_timeoutMs(self, value: int) -> int:
-        return _at_most(value, _limit("MAX_WAIT_MS"))
 
 
 class WaitQuerySerializer(ReadOptionsSerializer):
-    timeoutMs = WholeNumber(required=False, default=10_000, min_value=0, max_value=_limit("MAX_WAIT_MS"))
-
-    def validate_timeoutMs(self, value: int) -> int:
-        return _at_most(value, _limit("MAX_WAIT_MS"))
+    timeoutMs = UpToSetting("MAX_WAIT_MS", required=False, default=10_000, min_value=0)
 
 
 class SignalSerializer(RequestSerializer):
@@ -231,14 +224,8 @@ class SignalSerializer(RequestSerializer):
 
 
 class ResizeSerializer(RequestSerializer):
-    cols = WholeNumber(min_value=1, max_value=_limit("MAX_COLS"))
-    rows = WholeNumber(min_value=1, max_value=_limit("MAX_ROWS"))
-
-    def validate_cols(self, value: int) -> int:
-        return _at_most(value, _limit("MAX_COLS"))
-
-    def validate_rows(self, value: int) -> int:
-        return _at_most(value, _limit("MAX_ROWS"))
+    cols = UpToSetting("MAX_COLS", min_value=1)
+    rows = UpToSetting("MAX_ROWS", min_value=1)
 
 
 def _signal_name(data):
@@ -252,14 +239,10 @@ def _signal_name(data):
 class TerminateSerializer(RequestSerializer):
     signal = Choice(choices=SIGNALS, required=False, default="SIGTERM")
     force = serializers.BooleanField(required=False, default=False, help_text="SIGKILL at once")
-    gracefulTimeoutMs = WholeNumber(required=False, min_value=0, max_value=_limit("MAX_WAIT_MS"),
-                                                 help_text="Time before SIGKILL")
+    gracefulTimeoutMs = UpToSetting("MAX_WAIT_MS", required=False, min_value=0, help_text="Time before SIGKILL")
 
     def to_internal_value(self, data):
         return super().to_internal_value(_signal_name(data))
-
-    def validate_gracefulTimeoutMs(self, value: int) -> int:
-        return _at_most(value, _limit("MAX_WAIT_MS"))
 
 
 class ListQuerySerializer(RequestSerializer):
@@ -426,14 +409,11 @@ class OutputWaitSerializer(RequestSerializer):
     pattern = serializers.CharField(required=False, default="", allow_blank=True, trim_whitespace=False,
                                     max_length=1000, help_text="A regular expression to wait for in the output "
                                                                "(escape sequences stripped)")
-    timeoutMs = WholeNumber(required=False, default=10_000, min_value=0, max_value=_limit("MAX_WAIT_MS"))
+    timeoutMs = UpToSetting("MAX_WAIT_MS", required=False, default=10_000, min_value=0)
     fromByte = WholeNumber(required=False, min_value=0, help_text="Search from this byte (default: where the output "
                                                                   "stood at the last input)")
     untilInput = serializers.BooleanField(required=False, default=True,
                                           help_text="Also stop when the foreground program waits for input")
-
-    def validate_timeoutMs(self, value: int) -> int:
-        return _at_most(value, _limit("MAX_WAIT_MS"))
 
 
 class OutputWaitResultSerializer(serializers.Serializer):
