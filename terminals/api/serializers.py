@@ -280,25 +280,41 @@ class AuditEventSerializer(serializers.ModelSerializer):
         fields = ["id", "at", "user", "keyPrefix", "source", "action", "terminalId", "outcome", "details"]
 
 
-# Response shapes, for the schema.
+# Response shapes, for the schema. A run of fields that several answers share is declared once, in a base shape.
 
 
-class TerminalCreatedSerializer(serializers.Serializer):
+# What every answer that describes a terminal gives (records.session_created_data, records.session_data). No
+# docstring on a shape: the schema would take it as the description of every answer built on it.
+class TerminalShape(serializers.Serializer):
     terminalId = serializers.UUIDField()
-    pid = serializers.IntegerField()
+    name = serializers.CharField()
     shell = serializers.CharField()
     cwd = serializers.CharField()
-    created = serializers.DateTimeField()
-    status = serializers.CharField()
-    name = serializers.CharField()
     cols = serializers.IntegerField(allow_null=True, help_text="null for a terminal on pipes (no screen)")
     rows = serializers.IntegerField(allow_null=True, help_text="null for a terminal on pipes (no screen)")
+    created = serializers.DateTimeField()
     command = serializers.CharField(allow_blank=True)
     args = serializers.ListField(child=serializers.CharField())
     pty = serializers.BooleanField()
     outputByteLimit = serializers.IntegerField(allow_null=True)
     sessionId = serializers.CharField(allow_blank=True)
     recorded = serializers.BooleanField(help_text="What it shows is recorded (GET /api/terminals/{id}/recording)")
+
+
+class ExitStatusSerializer(serializers.Serializer):
+    exitCode = serializers.IntegerField(allow_null=True)
+    signal = serializers.CharField(allow_null=True)
+
+
+# Whether the terminal's program still runs, and how it ended if not (reads and stats).
+class RunningShape(serializers.Serializer):
+    isActive = serializers.BooleanField()
+    exitStatus = ExitStatusSerializer(allow_null=True)
+
+
+class TerminalCreatedSerializer(TerminalShape):
+    pid = serializers.IntegerField()
+    status = serializers.CharField()
 
 
 class ForegroundSerializer(serializers.Serializer):
@@ -321,16 +337,9 @@ class RecordingSerializer(serializers.Serializer):
     deleted = serializers.BooleanField(help_text="The retention sweep deleted the file")
 
 
-class TerminalSerializer(serializers.Serializer):
+class TerminalSerializer(TerminalShape):
     id = serializers.UUIDField()
-    terminalId = serializers.UUIDField()
-    name = serializers.CharField()
     pid = serializers.IntegerField(allow_null=True)
-    shell = serializers.CharField()
-    cwd = serializers.CharField()
-    cols = serializers.IntegerField(allow_null=True, help_text="null for a terminal on pipes (no screen)")
-    rows = serializers.IntegerField(allow_null=True, help_text="null for a terminal on pipes (no screen)")
-    created = serializers.DateTimeField()
     lastActivity = serializers.DateTimeField()
     status = serializers.ChoiceField(choices=TerminalSession.Status.values)
     exitCode = serializers.IntegerField(allow_null=True)
@@ -339,11 +348,6 @@ class TerminalSerializer(serializers.Serializer):
     released = serializers.DateTimeField(allow_null=True)
     owner = serializers.CharField(allow_null=True)
     worker = serializers.CharField(allow_null=True)
-    command = serializers.CharField(allow_blank=True)
-    args = serializers.ListField(child=serializers.CharField())
-    pty = serializers.BooleanField()
-    outputByteLimit = serializers.IntegerField(allow_null=True)
-    sessionId = serializers.CharField(allow_blank=True)
     # What a live terminal is doing now (detail of an active terminal only).
     isActive = serializers.BooleanField(required=False)
     busy = serializers.BooleanField(required=False)
@@ -351,7 +355,6 @@ class TerminalSerializer(serializers.Serializer):
     waitingForInput = serializers.BooleanField(required=False)
     runningCommand = serializers.DictField(required=False, allow_null=True)
     exitStatus = serializers.DictField(required=False, allow_null=True)
-    recorded = serializers.BooleanField(help_text="What it shows is recorded (GET /api/terminals/{id}/recording)")
     recording = RecordingSerializer(required=False, allow_null=True,
                                     help_text="The detail only: where the recording stands")
     viewers = serializers.IntegerField(required=False, help_text="Clients attached (WebSocket) or following (SSE) now")
@@ -364,11 +367,6 @@ class TerminalListSerializer(serializers.Serializer):
     count = serializers.IntegerField()
 
 
-class ExitStatusSerializer(serializers.Serializer):
-    exitCode = serializers.IntegerField(allow_null=True)
-    signal = serializers.CharField(allow_null=True)
-
-
 class OutputStatsSerializer(serializers.Serializer):
     totalBytes = serializers.IntegerField()
     estimatedTokens = serializers.IntegerField()
@@ -376,7 +374,7 @@ class OutputStatsSerializer(serializers.Serializer):
     linesOmitted = serializers.IntegerField()
 
 
-class OutputSerializer(serializers.Serializer):
+class OutputSerializer(RunningShape):
     terminalId = serializers.UUIDField()
     output = serializers.CharField()
     totalLines = serializers.IntegerField()
@@ -385,12 +383,10 @@ class OutputSerializer(serializers.Serializer):
     truncated = serializers.BooleanField()
     oldestLine = serializers.IntegerField()
     linesEvicted = serializers.IntegerField()
-    isActive = serializers.BooleanField()
-    exitStatus = ExitStatusSerializer(allow_null=True)
     stats = OutputStatsSerializer()
 
 
-class StatsSerializer(serializers.Serializer):
+class StatsSerializer(RunningShape):
     terminalId = serializers.UUIDField()
     totalLines = serializers.IntegerField()
     totalBytes = serializers.IntegerField()
@@ -400,8 +396,6 @@ class StatsSerializer(serializers.Serializer):
     oldestLine = serializers.IntegerField()
     newestLine = serializers.IntegerField()
     oldestByte = serializers.IntegerField()
-    isActive = serializers.BooleanField()
-    exitStatus = ExitStatusSerializer(allow_null=True)
     lastInputByte = serializers.IntegerField(help_text="Where the output stood when input last arrived")
 
 
@@ -433,26 +427,6 @@ class InputResultSerializer(serializers.Serializer):
     pendingBytes = serializers.IntegerField()
 
 
-class CommandSerializer(serializers.Serializer):
-    terminalId = serializers.UUIDField()
-    commandId = serializers.CharField()
-    command = serializers.CharField()
-    source = serializers.ChoiceField(choices=["api", "shell"])
-    status = serializers.ChoiceField(choices=["running", "completed"])
-    exitCode = serializers.IntegerField(allow_null=True)
-    signal = serializers.CharField(allow_null=True)
-    timedOut = serializers.BooleanField()
-    waitingForInput = serializers.BooleanField()
-    output = serializers.CharField()
-    truncated = serializers.BooleanField()
-    totalLines = serializers.IntegerField()
-    linesShown = serializers.IntegerField()
-    linesOmitted = serializers.IntegerField()
-    startedAt = serializers.DateTimeField()
-    finishedAt = serializers.DateTimeField(allow_null=True)
-    durationMs = serializers.FloatField(allow_null=True)
-
-
 class CommandSummarySerializer(serializers.Serializer):
     commandId = serializers.CharField()
     command = serializers.CharField()
@@ -465,13 +439,25 @@ class CommandSummarySerializer(serializers.Serializer):
     durationMs = serializers.FloatField(allow_null=True)
 
 
+# A command as the history lists it, with what it printed.
+class CommandSerializer(CommandSummarySerializer):
+    terminalId = serializers.UUIDField()
+    timedOut = serializers.BooleanField()
+    waitingForInput = serializers.BooleanField()
+    output = serializers.CharField()
+    truncated = serializers.BooleanField()
+    totalLines = serializers.IntegerField()
+    linesShown = serializers.IntegerField()
+    linesOmitted = serializers.IntegerField()
+
+
 class CommandListSerializer(serializers.Serializer):
     terminalId = serializers.UUIDField()
     commands = CommandSummarySerializer(many=True)
     count = serializers.IntegerField()
 
 
-class BytesSerializer(serializers.Serializer):
+class BytesSerializer(RunningShape):
     terminalId = serializers.UUIDField()
     chunk = serializers.CharField()
     fromByte = serializers.IntegerField()
@@ -480,8 +466,6 @@ class BytesSerializer(serializers.Serializer):
     truncated = serializers.BooleanField()
     oldestByte = serializers.IntegerField()
     totalBytes = serializers.IntegerField()
-    isActive = serializers.BooleanField()
-    exitStatus = ExitStatusSerializer(allow_null=True)
 
 
 class SignalResultSerializer(serializers.Serializer):
@@ -490,11 +474,9 @@ class SignalResultSerializer(serializers.Serializer):
     processGroup = serializers.IntegerField()
 
 
-class WaitResultSerializer(serializers.Serializer):
+class WaitResultSerializer(ExitStatusSerializer):
     terminalId = serializers.UUIDField()
     timedOut = serializers.BooleanField()
-    exitCode = serializers.IntegerField(allow_null=True)
-    signal = serializers.CharField(allow_null=True)
 
 
 class CursorSerializer(serializers.Serializer):
@@ -548,8 +530,6 @@ class ReadinessSerializer(serializers.Serializer):
                                    help_text="accepting (false once the server is stopping), database, channelLayer, "
                                              "liveWorker: each true when it holds")
     workers = WorkerReportSerializer(many=True)
-
-
 
 
 @functools.cache
