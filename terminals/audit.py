@@ -9,6 +9,7 @@ from django.db import DatabaseError
 
 from . import metrics
 from .exceptions import AuditUnavailable, database_unavailable
+from .ids import parse_uuid
 from .models import AuditEvent, key_prefix, newest_audit_hash
 from .redaction import redact
 
@@ -106,7 +107,7 @@ def audit_refusal(request, view, error) -> None:
         key_prefix=prefix,
         source=actor.source,
         action=str(action),
-        terminal_id=_uuid_or_none(kwargs.get("pk")),
+        terminal_id=parse_uuid(kwargs.get("pk")),
         outcome=error.default_code,
         # The path and the message may quote a key the client put in the wrong place.
         details={"method": request.method, "path": redact(request.path), "message": redact(error.message)},
@@ -119,15 +120,6 @@ def _presented_prefix(request) -> str:
     key = presented_key(request)
     prefix = key_prefix(key) if key else None
     return f"tk_{prefix}" if prefix else ""
-
-
-def _uuid_or_none(value):
-    import uuid
-
-    try:
-        return uuid.UUID(str(value)) if value else None
-    except ValueError:
-        return None
 
 
 def verify_chain() -> tuple[int, str | None]:

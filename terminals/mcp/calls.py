@@ -22,6 +22,7 @@ from mcp.types import CallToolResult, TextContent
 from .. import sessions
 from ..audit import Actor, audit
 from ..exceptions import DatabaseUnavailable, ServiceError, database_unavailable
+from ..ids import parse_uuid
 from ..throttling import count_creation
 from .identity import SCOPE_KEY
 
@@ -131,15 +132,6 @@ def tool_error_text(error: ServiceError) -> str:
 
 def _audit(actor: Actor, profile: str, tool: str, outcome: str, terminal_id: str | None) -> None:
     try:
-        audit(actor, "mcp", outcome=outcome, terminal_id=_uuid_or_none(terminal_id), profile=profile, tool=tool)
+        audit(actor, "mcp", outcome=outcome, terminal_id=parse_uuid(terminal_id), profile=profile, tool=tool)
     except ServiceError:
         logger.exception("auditing an MCP call failed")  # the call's own use case audited what it did
-
-
-def _uuid_or_none(value):
-    import uuid
-
-    try:
-        return uuid.UUID(str(value)) if value else None
-    except ValueError:
-        return None
