@@ -9,18 +9,34 @@ a tool error says what to do next.
 
 from __future__ import annotations
 
-import re
 from typing import Annotated
 
-from django.conf import settings
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
-from typing_extensions import NotRequired, TypedDict
 
 from .. import sessions
 from .calls import agent_env, call, checked_signal, result
+from .results import (
+    Chunk,
+    CommandResult,
+    Done,
+    Exited,
+    History,
+    Listed,
+    Output,
+    Screen,
+    Stats,
+    Waited,
+    bounded,
+    command_data,
+    command_text,
+    ended_text,
+    read_all,
+    terminal_data,
+    with_footer,
+)
 from .toolset import ToolSet
 
 PROFILE = "terminals"
@@ -29,10 +45,6 @@ PROFILE = "terminals"
 # character on every call, and the output goes out twice (text and structured content, see docs/mcp.md); 20,000
 # made `seq 1 200000` cost 43,000 characters. An agent that needs more asks for it with max_chars.
 DEFAULT_MAX_CHARS = 8_000
-# Where a command's output begins after lines the terminal no longer holds (it keeps the newest lines).
-EARLIER_GONE = "[... earlier lines no longer held ...]"
-# The core's head-tail read marks the lines it left out with this line (runtime/buffer.py).
-CORE_GAP = re.compile(r"^\.\.\. \[\d+ lines omitted\] \.\.\.\n?", re.MULTILINE)
 KEYS = {
     "enter": "\r", "tab": "\t", "escape": "\x1b", "backspace": "\x7f", "space": " ",
     "up": "\x1b[A", "down": "\x1b[B", "right": "\x1b[C", "left": "\x1b[D",
@@ -49,174 +61,6 @@ ENDS = ToolAnnotations(readOnlyHint=False, destructiveHint=True, openWorldHint=F
 TerminalId = Annotated[str, Field(description="The terminal's id, from create_terminal or list_terminals")]
 MaxChars = Annotated[int, Field(ge=100, le=1_000_000, description="Most characters of output to return; the middle "
                                                                   "of longer output is left out and counted")]
-
-
-class Terminal(TypedDict):
-    terminal_id: str
-    name: str
-    status: str
-    shell: str
-    command: str
-    cwd: str
-    exit_code: int | None
-    created: str
-    recorded: bool
-
-
-class Listed(TypedDict):
-    terminals: list[Terminal]
-
-
-class CommandResult(TypedDict):
-    terminal_id: Annotated[str, Field(description="The terminal it ran in (new when none was given)")]
-    command_id: str
-    status: Annotated[str, Field(description="completed, or running (call wait_for_command with command_id)")]
-    exit_code: int | None
-    timed_out: bool
-    waiting_for_input: bool
-    output: str
-    truncated: Annotated[bool, Field(description="Output was left out: its start was no longer held, or the "
-                                                 "middle was cut to max_chars")]
-    chars_omitted: int
-    lines_omitted: int
-
-
-class Output(TypedDict):
-    output: str
-    next_line: Annotated[int, Field(description="Pass as since_line to read only what comes after")]
-    chars_omitted: int
-    lines_omitted: int
-    running: bool
-    exit_code: int | None
-
-
-class Waited(TypedDict):
-    outcome: Annotated[str, Field(description="matched, waiting_for_input, exited or timeout")]
-    match: str | None
-    output: str
-    chars_omitted: int
-    next_byte: Annotated[int, Field(description="Pass as from_byte to wait for what comes after")]
-    exit_code: int | None
-
-
-class Chunk(TypedDict):
-    chunk: str
-    from_byte: int
-    next_byte: Annotated[int, Field(description="Pass as from_byte to read on")]
-    truncated: Annotated[bool, Field(description="Bytes before from_byte were no longer held")]
-    running: bool
-    exit_code: int | None
-
-
-class Stats(TypedDict):
-    total_lines: int
-    total_bytes: int
-    estimated_tokens: int
-    held_lines: int
-    held_bytes: int
-    running: bool
-    exit_code: int | None
-
-
-class Exited(TypedDict):
-    exited: bool
-    exit_code: int | None
-    signal: str | None
-
-
-class History(TypedDict):
-    commands: list[dict]
-
-
-class Screen(TypedDict):
-    screen: str
-    cols: int
-    rows: int
-
-
-class Done(TypedDict):
-    ok: bool
-    terminal_id: str
-    exit_code: NotRequired[int | None]
-    recorded: NotRequired[bool]
-
-
-def bounded(text: str, max_chars: int, lines_omitted: int = 0) -> tuple[str, int, int]:
-    """At most max_chars characters (and a marker line): the head and the tail, cut at line ends where there are
-    any, with one marker saying how many lines (or, within one long line, characters) were left out in all: those
-    cut here and the lines_omitted the core's read already left out at its gap marker, which this one replaces.
-    Returns the text, the characters cut here and the lines left out in all."""
-    gap = CORE_GAP.search(text) if lines_omitted else None
-    if len(text) <= max_chars:
-        return text, 0, lines_omitted  # the core's marker, if any, stays and says it
-    head_end = _line_end_before(text, min(max_chars // 4, gap.start() if gap else len(text)))
-    tail_start = _line_start_after(text, max(len(text) - (max_chars - head_end), gap.end() if gap else 0))
-    middle = text[head_end:tail_start]
-    chars = len(middle) - (len(gap.group()) if gap else 0)
-    cut_here = middle.count("\n") - (1 if gap else 0)
-    lines = cut_here + (lines_omitted if gap else 0)  # the lines left out where the marker stands
-    marker = f"[... {lines:,} lines left out ...]" if lines else f"[... {chars:,} characters left out ...]"
-    head = text[:head_end]
-    joint = "" if not head or head.endswith("\n") else "\n"
-    return f"{head}{joint}{marker}\n{text[tail_start:]}", chars, cut_here + lines_omitted
-
-
-def _line_end_before(text: str, limit: int) -> int:
-    """limit, or the end of the last whole line before it when that keeps at least half."""
-    cut = text.rfind("\n", 0, limit)
-    return cut + 1 if cut + 1 >= limit // 2 else limit
-
-
-def _line_start_after(text: str, limit: int) -> int:
-    """limit, or the start of the first whole line after it when that keeps at least half of what follows."""
-    if limit == 0 or text[limit - 1] == "\n":
-        return limit
-    cut = text.find("\n", limit)
-    return cut + 1 if cut != -1 and cut + 1 - limit <= (len(text) - limit) // 2 else limit
-
-
-def _terminal(data: dict) -> dict:
-    return {"terminal_id": data["terminalId"], "name": data["name"], "status": data["status"], "shell": data["shell"],
-            "command": data["command"], "cwd": data["cwd"], "exit_code": data["exitCode"], "created": data["created"],
-            "recorded": data.get("recorded", False)}
-
-
-def _command(ran: dict, max_chars: int, terminal_id: str) -> dict:
-    output, cut, lines = bounded(ran["output"], max_chars, ran["linesOmitted"])
-    if ran["truncated"] and not ran["linesOmitted"] and output:  # its start is no longer held (the newest lines are)
-        output = f"{EARLIER_GONE}\n{output}"
-    return {"terminal_id": terminal_id, "command_id": ran["commandId"], "status": ran["status"], "exit_code": ran["exitCode"],
-            "timed_out": ran["timedOut"], "waiting_for_input": ran["waitingForInput"], "output": output,
-            "truncated": bool(ran["truncated"] or cut), "chars_omitted": cut, "lines_omitted": lines}
-
-
-def _command_text(data: dict, new_terminal: bool = False) -> str:
-    """The output, then one short line with what the agent needs next (kept short: it is read on every call)."""
-    where = f" in terminal {data['terminal_id']}" if new_terminal else ""
-    if data["status"] == "completed":
-        footer = f"exit code {data['exit_code']}{where}"
-    elif data["waiting_for_input"]:
-        footer = f"waiting for input{where}: send_input, then wait_for_command {data['command_id']}"
-    else:
-        footer = f"running{where}: wait_for_command {data['command_id']}"
-    return _with_footer(data["output"], footer)
-
-
-def _with_footer(output: str, footer: str) -> str:
-    """A result's text: the output as printed, then one bracketed line with what the agent needs next."""
-    return f"{output.rstrip(chr(10))}\n[{footer}]" if output else f"[{footer}]"
-
-
-def _ended(running: bool, exit_code: int | None) -> str:
-    return "running" if running else f"ended, exit code {exit_code}"
-
-
-def _read_all(strip: bool) -> dict:
-    """As many lines as a read may give, the first half and the last half when there are more: bounded() then
-    keeps the head and the tail of those within the character budget."""
-    limit = settings.TERMINALS["MAX_OUTPUT_LINES"]
-    return {"mode": "head-tail", "head_lines": limit // 2, "tail_lines": limit - limit // 2, "max_lines": limit,
-            "strip_ansi": strip}
 
 
 TOOLS = ToolSet(
@@ -259,7 +103,7 @@ async def list_terminals(
 ) -> Annotated[CallToolResult, Listed]:
     found = await call(ctx, PROFILE, "list_terminals", lambda actor: sessions.session_list(
         user=actor.user, status="all" if include_ended else "active"))
-    return result({"terminals": [_terminal(terminal) for terminal in found]})
+    return result({"terminals": [terminal_data(terminal) for terminal in found]})
 
 
 @TOOLS.tool(description="Run a command in a shell terminal and wait for it: its own output (bounded) and its exact "
@@ -288,9 +132,9 @@ async def run_command(
                         "`cd <dir>` in the terminal.")
     ran = await call(ctx, PROFILE, "run_command", lambda actor: sessions.session_command_run(
         actor=actor, terminal_id=terminal_id, command=command, timeout_ms=timeout_ms, wait=True,
-        read=_read_all(strip_ansi)), terminal_id=terminal_id, long=True)
-    data = _command(ran, max_chars, terminal_id)
-    return result(data, _command_text(data, new_terminal))
+        read=read_all(strip_ansi)), terminal_id=terminal_id, long=True)
+    data = command_data(ran, max_chars, terminal_id)
+    return result(data, command_text(data, new_terminal))
 
 
 @TOOLS.tool(description="Wait for a command started by run_command to finish, up to timeout_ms; returns what "
@@ -305,9 +149,9 @@ async def wait_for_command(
 ) -> Annotated[CallToolResult, CommandResult]:
     ran = await call(ctx, PROFILE, "wait_for_command", lambda actor: sessions.session_command_wait(
         actor=actor, terminal_id=terminal_id, command_id=command_id, timeout_ms=timeout_ms,
-        read=_read_all(strip_ansi)), terminal_id=terminal_id, long=True)
-    data = _command(ran, max_chars, terminal_id)
-    return result(data, _command_text(data))
+        read=read_all(strip_ansi)), terminal_id=terminal_id, long=True)
+    data = command_data(ran, max_chars, terminal_id)
+    return result(data, command_text(data))
 
 
 @TOOLS.tool(description="Type into a terminal: text (Enter added unless enter is false), or named keys in keys, "
@@ -342,7 +186,7 @@ async def read_output(
     strip_ansi: bool = True,
 ) -> Annotated[CallToolResult, Output]:
     options = {"since": since_line if since_line >= 0 else None, "since_time": None, "stream": "both",
-               "read": _read_all(strip_ansi)}
+               "read": read_all(strip_ansi)}
     data = await call(ctx, PROFILE, "read_output", lambda actor: sessions.session_read(
         actor=actor, terminal_id=terminal_id, options=options), terminal_id=terminal_id)
     output, cut, lines = bounded(data["output"], max_chars, data["stats"]["linesOmitted"])
@@ -350,8 +194,8 @@ async def read_output(
     read = {"output": output, "next_line": data["nextReadFrom"], "chars_omitted": cut,
             "lines_omitted": lines + data["linesEvicted"], "running": data["isActive"],
             "exit_code": status.get("exitCode")}
-    return result(read, _with_footer(output, f"next_line {read['next_line']}; "
-                                             f"{_ended(read['running'], read['exit_code'])}"))
+    return result(read, with_footer(output, f"next_line {read['next_line']}; "
+                                             f"{ended_text(read['running'], read['exit_code'])}"))
 
 
 @TOOLS.tool(description="Wait until the terminal's output matches pattern (a regular expression; escape sequences "
@@ -378,7 +222,7 @@ async def wait_for_output(
     said = f"matched {found['match']!r}" if found["outcome"] == "matched" else found["outcome"]
     if found["outcome"] == "exited":
         said += f", exit code {found['exit_code']}"
-    return result(found, _with_footer(output, f"{said}; next_byte {found['next_byte']}"))
+    return result(found, with_footer(output, f"{said}; next_byte {found['next_byte']}"))
 
 
 @TOOLS.tool(description="Read a terminal's output by byte offset: exactly the bytes from from_byte (the next_byte "
@@ -398,7 +242,7 @@ async def read_bytes(
              "truncated": data["truncated"], "running": data["isActive"], "exit_code": status.get("exitCode")}
     lost = f"bytes before {chunk['from_byte']} no longer held; " if chunk["truncated"] else ""
     return result(chunk, f"{chunk['chunk']}\n[{lost}next_byte {chunk['next_byte']}; "
-                         f"{_ended(chunk['running'], chunk['exit_code'])}]")
+                         f"{ended_text(chunk['running'], chunk['exit_code'])}]")
 
 
 @TOOLS.tool(description="How much a terminal printed and holds: lines, bytes, an estimate of tokens.",
