@@ -168,7 +168,7 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["terminals.api.parsers.KeepableJSONParser"],
     "DEFAULT_CONTENT_NEGOTIATION_CLASS": "terminals.api.negotiation.JsonWhateverAccept",
-    "EXCEPTION_HANDLER": "terminals.exceptions.exception_handler",
+    "EXCEPTION_HANDLER": "terminals.api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "terminals.api.schema.DescribedAutoSchema",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
     "NUM_PROXIES": 0,

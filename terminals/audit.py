@@ -9,6 +9,7 @@ from django.db import DatabaseError
 
 from . import metrics
 from .exceptions import AuditUnavailable, database_unavailable
+from .ids import parse_uuid
 from .models import AuditEvent, key_prefix, newest_audit_hash
 from .redaction import redact
 
@@ -17,11 +18,13 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Actor:
-    """Who is acting: a user with the key they used and the address they came from."""
+    """Who is acting: a user with the key they used and the address they came from, and the longest the
+    interface they came through lets one call wait (None: only the core's MAX_WAIT_MS; sessions.wait_bound_ms)."""
 
     user: object | None = None
     api_key: object | None = None
     source: str = ""
+    max_wait_ms: int | None = None
 
     @classmethod
     def from_request(cls, request) -> Actor:
@@ -104,7 +107,7 @@ def audit_refusal(request, view, error) -> None:
         key_prefix=prefix,
         source=actor.source,
         action=str(action),
-        terminal_id=_uuid_or_none(kwargs.get("pk")),
+        terminal_id=parse_uuid(kwargs.get("pk")),
         outcome=error.default_code,
         # The path and the message may quote a key the client put in the wrong place.
         details={"method": request.method, "path": redact(request.path), "message": redact(error.message)},
@@ -117,15 +120,6 @@ def _presented_prefix(request) -> str:
     key = presented_key(request)
     prefix = key_prefix(key) if key else None
     return f"tk_{prefix}" if prefix else ""
-
-
-def _uuid_or_none(value):
-    import uuid
-
-    try:
-        return uuid.UUID(str(value)) if value else None
-    except ValueError:
-        return None
 
 
 def verify_chain() -> tuple[int, str | None]:

@@ -9,7 +9,6 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import Http404
 from drf_spectacular.utils import inline_serializer
 from rest_framework import exceptions, serializers, status
-from rest_framework.response import Response
 
 from . import outage
 from .redaction import redact, redact_data
@@ -285,39 +284,6 @@ def _first_problem(problems) -> str:
 def retry_after(wait: float) -> str:
     """A Retry-After header's whole seconds for a throttle's wait, never less than one."""
     return str(max(1, int(wait + 0.999)))
-
-
-def exception_handler(exc: Exception, context: dict) -> Response:
-    """DRF's EXCEPTION_HANDLER: renders the envelope and records the refusal in the audit trail."""
-    from .audit import audit_refusal
-
-    error = as_service_error(exc)
-    request = context.get("request")
-    if isinstance(exc, exceptions.NotAuthenticated) and request is not None:
-        from .auth import missing_key_message
-
-        error = Unauthorized(missing_key_message(request))
-    headers = {}
-    wait = getattr(error, "wait", None)
-    if isinstance(error, (RateLimited, DatabaseUnavailable)) and wait is not None:
-        headers["Retry-After"] = retry_after(wait)
-    if isinstance(error, Unauthorized):
-        headers["WWW-Authenticate"] = "Api-Key"
-    if request is not None and error.status_code < 500:  # a server error is logged with its traceback instead
-        from .log_filters import log_refusal
-
-        log_refusal(request, error.status_code, error.default_code)
-    # Its refusal could not be written either.
-    if request is not None and not isinstance(error, AuditUnavailable):
-        try:
-            audit_refusal(request, context.get("view"), error)
-        except Exception:  # noqa: BLE001 - the refusal is still answered when the audit cannot be written
-            logger.exception("auditing a refused request failed")
-    response = Response(envelope(error.default_code, error.message, error.details), status=error.status_code,
-                        headers=headers)
-    if isinstance(error, DatabaseUnavailable):
-        response._has_been_logged = True  # the outage is logged once (outage.py), not each request by django.request
-    return response
 
 
 class ErrorSerializer(serializers.Serializer):

@@ -530,8 +530,18 @@ def _require_active(record: TerminalSession) -> None:
         raise terminal_inactive(record.id, record.status, released=not record.holds_output)
 
 
-def _wait_seconds(timeout_ms: int) -> float:
-    return min(timeout_ms, settings.TERMINALS["MAX_WAIT_MS"]) / 1000
+def wait_bound_ms(actor: Actor, timeout_ms: int) -> int:
+    """How long a use case waits for what it was asked: timeout_ms, at most MAX_WAIT_MS and at most the actor's own
+    bound (an MCP call's MCP_MAX_WAIT_MS, as agents' clients give up on a call after about a minute). Every wait
+    of every interface is bounded here, so one past the bound answers as for any timeout."""
+    bound = settings.TERMINALS["MAX_WAIT_MS"]
+    if actor.max_wait_ms is not None:
+        bound = min(bound, actor.max_wait_ms)
+    return int(min(timeout_ms, bound))
+
+
+def _wait_seconds(actor: Actor, timeout_ms: int) -> float:
+    return wait_bound_ms(actor, timeout_ms) / 1000
 
 
 def session_newest_output(*, actor: Actor, terminal_id) -> dict:
@@ -572,8 +582,9 @@ def session_wait_output(*, actor: Actor, terminal_id, pattern: str = "", timeout
     except regex.error as problem:
         raise invalid("pattern", f"not a regular expression: {problem}") from None
     start = from_byte if from_byte is not None else _ask_worker(record, protocol.STATS).get("lastInputByte", 0)
+    timeout_ms = wait_bound_ms(actor, timeout_ms)
     audit(actor, "wait_output", terminal_id=record.id, pattern=pattern, fromByte=start, timeoutMs=timeout_ms)
-    deadline = time.monotonic() + _wait_seconds(timeout_ms)
+    deadline = time.monotonic() + timeout_ms / 1000
     limit = settings.TERMINALS["MAX_READ_BYTES"]
     text, position, first, truncated = "", start, None, False
     hold, checked = access.hold_of(actor, record.id), time.monotonic()
@@ -653,7 +664,7 @@ def session_signal(*, actor: Actor, terminal_id, signal: str) -> dict:
 
 def session_wait_exit(*, actor: Actor, terminal_id, timeout_ms: int) -> dict:
     record = session_get_for(user=actor.user, terminal_id=terminal_id)
-    return worker_client_wait(record, protocol.WAIT, _wait_seconds(timeout_ms), {}, actor=actor)
+    return worker_client_wait(record, protocol.WAIT, _wait_seconds(actor, timeout_ms), {}, actor=actor)
 
 
 def worker_client_wait(record: TerminalSession, message_type: str, seconds: float, fields: dict,
@@ -714,7 +725,7 @@ def session_command_run(*, actor: Actor, terminal_id, command: str, timeout_ms: 
     _require_active(record)
     # Like input, the command is on record before it reaches the terminal.
     audit(actor, "command", terminal_id=record.id, outcome="sent", command=command)
-    return worker_client_wait(record, protocol.COMMAND_RUN, _wait_seconds(timeout_ms) if wait else 0,
+    return worker_client_wait(record, protocol.COMMAND_RUN, _wait_seconds(actor, timeout_ms) if wait else 0,
                               {"command": command, "wait": wait, "read": read, "actor": actor.as_dict()}, actor)
 
 
@@ -725,7 +736,7 @@ def session_command_get(*, actor: Actor, terminal_id, command_id: str, read: dic
 
 def session_command_wait(*, actor: Actor, terminal_id, command_id: str, timeout_ms: int, read: dict) -> dict:
     record = session_get_for(user=actor.user, terminal_id=terminal_id)
-    return worker_client_wait(record, protocol.COMMAND_WAIT, _wait_seconds(timeout_ms),
+    return worker_client_wait(record, protocol.COMMAND_WAIT, _wait_seconds(actor, timeout_ms),
                               {"command_id": command_id, "read": read}, actor)
 
 

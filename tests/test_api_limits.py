@@ -366,3 +366,21 @@ def test_creations_at_once_past_the_worker_total_start_only_the_total(capped, or
     finally:
         for api in apis:
             api.cleanup()
+
+
+@pytest.mark.parametrize("serializer,field,setting", [
+    ("ResizeSerializer", "cols", "MAX_COLS"), ("ReadOptionsSerializer", "maxLines", "MAX_OUTPUT_LINES"),
+    ("OutputQuerySerializer", "maxBytes", "MAX_READ_BYTES"), ("WaitQuerySerializer", "timeoutMs", "MAX_WAIT_MS"),
+])
+def test_a_request_bound_is_its_setting_read_when_used_by_the_check_and_the_schema(settings, serializer, field,
+                                                                                     setting):
+    """One source per bound: a setting changed after import moves both the check and the schema's maximum."""
+    from terminals.api import serializers
+
+    settings.TERMINALS = {**settings.TERMINALS, setting: 7}
+    shape = getattr(serializers, serializer)
+    assert shape().fields[field].max_value == 7
+    refused = shape(data={"cols": 8, "rows": 1} if field == "cols" else {field: 8})
+    assert not refused.is_valid()
+    assert refused.errors[field] == ["Ensure this value is less than or equal to 7."]
+    assert shape(data={"cols": 7, "rows": 1} if field == "cols" else {field: 7}).is_valid()

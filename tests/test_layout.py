@@ -101,3 +101,55 @@ def test_allowed_edges_pass_the_check():
                                                                                   "from . import serializers")) == []
     assert violations("terminals.runtime.shell", imports_of("terminals.runtime.shell", "from .pty import PtySession\n"
                                                                                         "import os")) == []
+
+
+def import_graph(sources: dict[str, str], packages: frozenset[str] = frozenset()) -> dict[str, set[str]]:
+    """Module -> the modules of sources it imports (at the top or inside a function)."""
+    graph = {module: imports_of(module, source, is_package=module in packages) for module, source in sources.items()}
+    return {module: (imported & graph.keys()) - {module} for module, imported in graph.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Each group of modules that import each other, directly or round a longer loop (Tarjan's strongly connected
+    components of more than one module), sorted. An import inside a function counts: it hides a circle, not ends it."""
+    order, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(module):
+        order[module] = low[module] = len(order)
+        stack.append(module)
+        on_stack.add(module)
+        for target in sorted(graph[module]):
+            if target not in order:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in on_stack:
+                low[module] = min(low[module], order[target])
+        if low[module] == order[module]:
+            group = []
+            while not group or group[-1] != module:
+                group.append(stack.pop())
+                on_stack.discard(group[-1])
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in order:
+            visit(module)
+    return sorted(found)
+
+
+def test_no_import_circle_among_terminals_modules():
+    modules = dict(app_modules())
+    sources = {module: path.read_text() for module, path in modules.items()}
+    packages = frozenset(module for module, path in modules.items() if path.name == "__init__.py")
+    assert circles(import_graph(sources, packages)) == []
+
+
+def test_the_circle_check_catches_a_circle():
+    two = {"terminals.audit": "from .exceptions import AuditUnavailable",
+           "terminals.exceptions": "def handler():\n    from .audit import audit_refusal"}
+    assert circles(import_graph(two)) == [["terminals.audit", "terminals.exceptions"]]
+    three = {"terminals.a": "from . import b", "terminals.b": "from .c import x", "terminals.c": "import terminals.a",
+             "terminals.d": "from . import a"}
+    assert circles(import_graph(three)) == [["terminals.a", "terminals.b", "terminals.c"]]
+    assert circles(import_graph({"terminals.a": "from . import b", "terminals.b": "import os"})) == []

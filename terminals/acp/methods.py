@@ -38,6 +38,7 @@ from django.conf import settings
 from .. import field_names, json_input, sessions
 from ..audit import Actor
 from ..exceptions import ServiceError, TerminalNotFound, database_unavailable
+from ..ids import parse_uuid
 from ..models import LARGEST_OUTPUT_BYTE_LIMIT
 from ..redaction import redact
 
@@ -153,11 +154,11 @@ def handle_one(request, actor: Actor, on_call: Callable[[Call], None], admit: Ca
     terminal_id = None
     try:
         method, params = _parse(request, request_id)
-        terminal_id = _uuid_or_none(params.get("terminalId"))
+        terminal_id = parse_uuid(params.get("terminalId"))
         admit(method)
         result = METHODS[method](actor, params)
         if method == "terminal/create":
-            terminal_id = _uuid_or_none(result["terminalId"])
+            terminal_id = parse_uuid(result["terminalId"])
     except Exception as problem:  # noqa: BLE001 - every failure is answered as this call's error, never a 500
         error = _as_rpc_error(problem, method)
         on_call(Call(_audited(method), _audited_id(request_id), error.outcome, terminal_id))
@@ -253,13 +254,6 @@ def _refuse_unknown(method: str, params: dict) -> None:
     if names:
         raise RpcError(INVALID_PARAMS, {"field": field_names.shown(names[0]), "accepted": sorted(accepted),
                                         "message": field_names.problem(names[0], accepted, "parameter")})
-
-
-def _uuid_or_none(value) -> uuid.UUID | None:
-    try:
-        return uuid.UUID(value) if isinstance(value, str) else None
-    except ValueError:
-        return None
 
 
 # Parameters

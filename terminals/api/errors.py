@@ -1,11 +1,56 @@
-"""Django's own error pages (unknown URL, server error, ...) in the API's error envelope."""
+"""Errors in the API's error envelope: DRF's exception handler (every refusal of a DRF view, audited) and Django's
+own error pages (unknown URL, server error, ...)."""
+
+import logging
 
 from django.core.exceptions import DisallowedHost
 from django.http import JsonResponse
 from django.urls import Resolver404, resolve
+from rest_framework import exceptions
+from rest_framework.response import Response
 
-from ..exceptions import DatabaseUnavailable, envelope, retry_after
+from ..audit import audit_refusal
+from ..auth import missing_key_message
+from ..exceptions import (
+    AuditUnavailable,
+    DatabaseUnavailable,
+    RateLimited,
+    Unauthorized,
+    as_service_error,
+    envelope,
+    retry_after,
+)
 from ..log_filters import log_refusal
+
+logger = logging.getLogger(__name__)
+
+
+def exception_handler(exc: Exception, context: dict) -> Response:
+    """DRF's EXCEPTION_HANDLER: renders the envelope and records the refusal in the audit trail."""
+    error = as_service_error(exc)
+    request = context.get("request")
+    if isinstance(exc, exceptions.NotAuthenticated) and request is not None:
+        error = Unauthorized(missing_key_message(request))
+    headers = {}
+    wait = getattr(error, "wait", None)
+    if isinstance(error, (RateLimited, DatabaseUnavailable)) and wait is not None:
+        headers["Retry-After"] = retry_after(wait)
+    if isinstance(error, Unauthorized):
+        headers["WWW-Authenticate"] = "Api-Key"
+    if request is not None and error.status_code < 500:  # a server error is logged with its traceback instead
+        log_refusal(request, error.status_code, error.default_code)
+    # Its refusal could not be written either.
+    if request is not None and not isinstance(error, AuditUnavailable):
+        try:
+            audit_refusal(request, context.get("view"), error)
+        except Exception:  # noqa: BLE001 - the refusal is still answered when the audit cannot be written
+            logger.exception("auditing a refused request failed")
+    response = Response(envelope(error.default_code, error.message, error.details), status=error.status_code,
+                        headers=headers)
+    if isinstance(error, DatabaseUnavailable):
+        response._has_been_logged = True  # the outage is logged once (outage.py), not each request by django.request
+    return response
+
 
 
 def _refused(request, status: int, code: str, message: str, details: dict | None = None) -> JsonResponse:

@@ -1,11 +1,8 @@
-"""Request shapes (validated) and response shapes (documented in the OpenAPI schema)."""
+"""Request shapes of the REST API: bodies and query strings, validated. (Response shapes: responses.py.)"""
 
 from __future__ import annotations
 
-import functools
-
 from django.conf import settings
-from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
 from .. import field_names, json_input
@@ -17,10 +14,6 @@ from ..sessions import SIGNALS
 STREAMS = ("both", "stdout", "stderr")
 
 
-def _limit(name: str) -> int:
-    return settings.TERMINALS[name]
-
-
 class WholeNumber(serializers.IntegerField):
     """An integer field that is always bounded: a number no database column could hold is a 400, never a 500.
     Without a max_value of its own it takes the largest integer a database column stores."""
@@ -29,6 +22,30 @@ class WholeNumber(serializers.IntegerField):
         kwargs.setdefault("max_value", json_input.LARGEST_STORED_INTEGER)
         kwargs.setdefault("min_value", -json_input.LARGEST_STORED_INTEGER - 1)
         super().__init__(**kwargs)
+
+
+class UpToSetting(WholeNumber):
+    """A whole number from min_value up to a setting, settings.TERMINALS[setting]: the one source of that bound, read
+    each time a value is checked and when the schema is made (its maximum), never copied at import."""
+
+    def __init__(self, setting: str, **kwargs) -> None:
+        super().__init__(max_value=None, **kwargs)  # no bound fixed now: at_most reads it when used
+        self.setting = setting
+        self.validators.append(self.at_most)
+
+    @property
+    def max_value(self) -> int | None:
+        setting = getattr(self, "setting", None)  # None while IntegerField's __init__ runs: no fixed validator
+        return settings.TERMINALS[setting] if setting else None
+
+    @max_value.setter
+    def max_value(self, value) -> None:
+        pass  # the bound is the setting's
+
+    def at_most(self, value: int) -> None:
+        limit = self.max_value
+        if value > limit:
+            raise serializers.ValidationError(f"Ensure this value is less than or equal to {limit}.", code="max_value")
 
 
 class Choice(serializers.ChoiceField):
@@ -93,8 +110,8 @@ class TerminalCreateSerializer(RequestSerializer):
     args = serializers.ListField(child=serializers.CharField(allow_blank=True, trim_whitespace=False), required=False, max_length=1000)
     cwd = serializers.CharField(required=False, allow_blank=True, max_length=4096, trim_whitespace=False)
     env = EnvField(required=False)
-    cols = WholeNumber(required=False, default=80, min_value=1, max_value=_limit("MAX_COLS"))
-    rows = WholeNumber(required=False, default=24, min_value=1, max_value=_limit("MAX_ROWS"))
+    cols = UpToSetting("MAX_COLS", required=False, default=80, min_value=1)
+    rows = UpToSetting("MAX_ROWS", required=False, default=24, min_value=1)
     name = serializers.CharField(required=False, allow_blank=True, max_length=100)
     pty = serializers.BooleanField(required=False, default=True, help_text="false: pipes, stdout and stderr apart")
     outputByteLimit = WholeNumber(required=False, min_value=1, max_value=LARGEST_OUTPUT_BYTE_LIMIT,
@@ -128,18 +145,6 @@ class TerminalCreateSerializer(RequestSerializer):
         data["session_id"] = data.pop("sessionId", "")
         return data
 
-    def validate_cols(self, value: int) -> int:
-        return _at_most(value, _limit("MAX_COLS"))
-
-    def validate_rows(self, value: int) -> int:
-        return _at_most(value, _limit("MAX_ROWS"))
-
-
-def _at_most(value: int, limit: int) -> int:
-    if value > limit:
-        raise serializers.ValidationError(f"Ensure this value is less than or equal to {limit}.")
-    return value
-
 
 class TerminalInputSerializer(RequestSerializer):
     input = serializers.CharField(allow_blank=True, trim_whitespace=False)
@@ -151,17 +156,10 @@ class ReadOptionsSerializer(RequestSerializer):
     """How much of a text to show: the modes of the REST contract, and escape-sequence stripping."""
 
     mode = Choice(choices=MODES, required=False, default="full")
-    headLines = WholeNumber(required=False, default=50, min_value=0, max_value=_limit("MAX_OUTPUT_LINES"))
-    tailLines = WholeNumber(required=False, default=50, min_value=0, max_value=_limit("MAX_OUTPUT_LINES"))
-    maxLines = WholeNumber(required=False, default=1000, min_value=1, max_value=_limit("MAX_OUTPUT_LINES"))
+    headLines = UpToSetting("MAX_OUTPUT_LINES", required=False, default=50, min_value=0)
+    tailLines = UpToSetting("MAX_OUTPUT_LINES", required=False, default=50, min_value=0)
+    maxLines = UpToSetting("MAX_OUTPUT_LINES", required=False, default=1000, min_value=1)
     stripAnsi = serializers.BooleanField(required=False, default=False)
-
-    def validate(self, attrs):
-        limit = _limit("MAX_OUTPUT_LINES")
-        for field in ("headLines", "tailLines", "maxLines"):
-            if attrs[field] > limit:
-                raise serializers.ValidationError({field: f"Ensure this value is less than or equal to {limit}."})
-        return attrs
 
     def read(self) -> dict:
         data = self.validated_data
@@ -178,13 +176,10 @@ class OutputQuerySerializer(ReadOptionsSerializer):
     since = WholeNumber(required=False, min_value=0)
     sinceTime = serializers.DateTimeField(required=False, help_text="Lines that arrived at or after this time")
     fromByte = WholeNumber(required=False, min_value=0, help_text="Read by byte offset instead of line")
-    maxBytes = WholeNumber(required=False, default=65536, min_value=1, max_value=_limit("MAX_READ_BYTES"))
+    maxBytes = UpToSetting("MAX_READ_BYTES", required=False, default=65536, min_value=1)
     stream = Choice(choices=STREAMS, required=False, default="both")
     follow = serializers.BooleanField(required=False, default=False,
                                       help_text="Stream as Server-Sent Events until the process exits")
-
-    def validate_maxBytes(self, value: int) -> int:
-        return _at_most(value, _limit("MAX_READ_BYTES"))
 
     def options(self) -> dict:
         data = self.validated_data
@@ -202,25 +197,20 @@ class OutputQuerySerializer(ReadOptionsSerializer):
 
 class CommandRunSerializer(ReadOptionsSerializer):
     command = serializers.CharField(trim_whitespace=False, max_length=1 << 20)
-    timeoutMs = WholeNumber(required=False, default=10_000, min_value=1, max_value=_limit("MAX_WAIT_MS"))
+    timeoutMs = UpToSetting("MAX_WAIT_MS", required=False, default=10_000, min_value=1)
     wait = serializers.BooleanField(required=False, default=True)
 
     def validate_command(self, value: str) -> str:
         if not value.strip():
             raise serializers.ValidationError("Must not be blank.")
-        if len(value.encode("utf-8", errors="surrogatepass")) > _limit("MAX_INPUT_BYTES"):
-            raise serializers.ValidationError(f"Longer than {_limit('MAX_INPUT_BYTES')} bytes.")
+        limit = settings.TERMINALS["MAX_INPUT_BYTES"]
+        if len(value.encode("utf-8", errors="surrogatepass")) > limit:
+            raise serializers.ValidationError(f"Longer than {limit} bytes.")
         return value
-
-    def validate_timeoutMs(self, value: int) -> int:
-        return _at_most(value, _limit("MAX_WAIT_MS"))
 
 
 class WaitQuerySerializer(ReadOptionsSerializer):
-    timeoutMs = WholeNumber(required=False, default=10_000, min_value=0, max_value=_limit("MAX_WAIT_MS"))
-
-    def validate_timeoutMs(self, value: int) -> int:
-        return _at_most(value, _limit("MAX_WAIT_MS"))
+    timeoutMs = UpToSetting("MAX_WAIT_MS", required=False, default=10_000, min_value=0)
 
 
 class SignalSerializer(RequestSerializer):
@@ -231,14 +221,8 @@ class SignalSerializer(RequestSerializer):
 
 
 class ResizeSerializer(RequestSerializer):
-    cols = WholeNumber(min_value=1, max_value=_limit("MAX_COLS"))
-    rows = WholeNumber(min_value=1, max_value=_limit("MAX_ROWS"))
-
-    def validate_cols(self, value: int) -> int:
-        return _at_most(value, _limit("MAX_COLS"))
-
-    def validate_rows(self, value: int) -> int:
-        return _at_most(value, _limit("MAX_ROWS"))
+    cols = UpToSetting("MAX_COLS", min_value=1)
+    rows = UpToSetting("MAX_ROWS", min_value=1)
 
 
 def _signal_name(data):
@@ -252,14 +236,10 @@ def _signal_name(data):
 class TerminateSerializer(RequestSerializer):
     signal = Choice(choices=SIGNALS, required=False, default="SIGTERM")
     force = serializers.BooleanField(required=False, default=False, help_text="SIGKILL at once")
-    gracefulTimeoutMs = WholeNumber(required=False, min_value=0, max_value=_limit("MAX_WAIT_MS"),
-                                                 help_text="Time before SIGKILL")
+    gracefulTimeoutMs = UpToSetting("MAX_WAIT_MS", required=False, min_value=0, help_text="Time before SIGKILL")
 
     def to_internal_value(self, data):
         return super().to_internal_value(_signal_name(data))
-
-    def validate_gracefulTimeoutMs(self, value: int) -> int:
-        return _at_most(value, _limit("MAX_WAIT_MS"))
 
 
 class ListQuerySerializer(RequestSerializer):
@@ -297,286 +277,12 @@ class AuditEventSerializer(serializers.ModelSerializer):
         fields = ["id", "at", "user", "keyPrefix", "source", "action", "terminalId", "outcome", "details"]
 
 
-# Response shapes, for the schema.
-
-
-class TerminalCreatedSerializer(serializers.Serializer):
-    terminalId = serializers.UUIDField()
-    pid = serializers.IntegerField()
-    shell = serializers.CharField()
-    cwd = serializers.CharField()
-    created = serializers.DateTimeField()
-    status = serializers.CharField()
-    name = serializers.CharField()
-    cols = serializers.IntegerField(allow_null=True, help_text="null for a terminal on pipes (no screen)")
-    rows = serializers.IntegerField(allow_null=True, help_text="null for a terminal on pipes (no screen)")
-    command = serializers.CharField(allow_blank=True)
-    args = serializers.ListField(child=serializers.CharField())
-    pty = serializers.BooleanField()
-    outputByteLimit = serializers.IntegerField(allow_null=True)
-    sessionId = serializers.CharField(allow_blank=True)
-    recorded = serializers.BooleanField(help_text="What it shows is recorded (GET /api/terminals/{id}/recording)")
-
-
-class ForegroundSerializer(serializers.Serializer):
-    pid = serializers.IntegerField()
-    command = serializers.CharField(allow_blank=True)
-
-
-class WatcherSerializer(serializers.Serializer):
-    user = serializers.CharField(allow_blank=True)
-    mode = serializers.CharField(help_text="interactive (a terminal that types) or view")
-
-
-class RecordingSerializer(serializers.Serializer):
-    host = serializers.CharField(help_text="The worker host that keeps the file")
-    recordsInput = serializers.BooleanField(help_text="Whether what was typed is recorded too")
-    finished = serializers.BooleanField(help_text="The terminal ended and the file was sealed in the audit trail")
-    bytes = serializers.IntegerField(allow_null=True, help_text="The sealed file's size")
-    sha256 = serializers.CharField(allow_null=True, help_text="The sealed file's SHA-256, as the audit trail holds it")
-    capped = serializers.BooleanField(help_text="It reached TERMINALS_RECORDING_MAX_MB and stopped there")
-    deleted = serializers.BooleanField(help_text="The retention sweep deleted the file")
-
-
-class TerminalSerializer(serializers.Serializer):
-    id = serializers.UUIDField()
-    terminalId = serializers.UUIDField()
-    name = serializers.CharField()
-    pid = serializers.IntegerField(allow_null=True)
-    shell = serializers.CharField()
-    cwd = serializers.CharField()
-    cols = serializers.IntegerField(allow_null=True, help_text="null for a terminal on pipes (no screen)")
-    rows = serializers.IntegerField(allow_null=True, help_text="null for a terminal on pipes (no screen)")
-    created = serializers.DateTimeField()
-    lastActivity = serializers.DateTimeField()
-    status = serializers.ChoiceField(choices=TerminalSession.Status.values)
-    exitCode = serializers.IntegerField(allow_null=True)
-    signal = serializers.CharField(allow_null=True)
-    ended = serializers.DateTimeField(allow_null=True)
-    released = serializers.DateTimeField(allow_null=True)
-    owner = serializers.CharField(allow_null=True)
-    worker = serializers.CharField(allow_null=True)
-    command = serializers.CharField(allow_blank=True)
-    args = serializers.ListField(child=serializers.CharField())
-    pty = serializers.BooleanField()
-    outputByteLimit = serializers.IntegerField(allow_null=True)
-    sessionId = serializers.CharField(allow_blank=True)
-    # What a live terminal is doing now (detail of an active terminal only).
-    isActive = serializers.BooleanField(required=False)
-    busy = serializers.BooleanField(required=False)
-    foreground = ForegroundSerializer(required=False, allow_null=True)
-    waitingForInput = serializers.BooleanField(required=False)
-    runningCommand = serializers.DictField(required=False, allow_null=True)
-    exitStatus = serializers.DictField(required=False, allow_null=True)
-    recorded = serializers.BooleanField(help_text="What it shows is recorded (GET /api/terminals/{id}/recording)")
-    recording = RecordingSerializer(required=False, allow_null=True,
-                                    help_text="The detail only: where the recording stands")
-    viewers = serializers.IntegerField(required=False, help_text="Clients attached (WebSocket) or following (SSE) now")
-    watchers = WatcherSerializer(many=True, required=False,
-                                 help_text="Who they are: each client's user (empty for an SSE stream) and mode")
-
-
-class TerminalListSerializer(serializers.Serializer):
-    terminals = TerminalSerializer(many=True)
-    count = serializers.IntegerField()
-
-
-class ExitStatusSerializer(serializers.Serializer):
-    exitCode = serializers.IntegerField(allow_null=True)
-    signal = serializers.CharField(allow_null=True)
-
-
-class OutputStatsSerializer(serializers.Serializer):
-    totalBytes = serializers.IntegerField()
-    estimatedTokens = serializers.IntegerField()
-    linesShown = serializers.IntegerField()
-    linesOmitted = serializers.IntegerField()
-
-
-class OutputSerializer(serializers.Serializer):
-    terminalId = serializers.UUIDField()
-    output = serializers.CharField()
-    totalLines = serializers.IntegerField()
-    nextReadFrom = serializers.IntegerField()
-    hasMore = serializers.BooleanField()
-    truncated = serializers.BooleanField()
-    oldestLine = serializers.IntegerField()
-    linesEvicted = serializers.IntegerField()
-    isActive = serializers.BooleanField()
-    exitStatus = ExitStatusSerializer(allow_null=True)
-    stats = OutputStatsSerializer()
-
-
-class StatsSerializer(serializers.Serializer):
-    terminalId = serializers.UUIDField()
-    totalLines = serializers.IntegerField()
-    totalBytes = serializers.IntegerField()
-    estimatedTokens = serializers.IntegerField()
-    bufferSize = serializers.IntegerField()
-    bufferBytes = serializers.IntegerField()
-    oldestLine = serializers.IntegerField()
-    newestLine = serializers.IntegerField()
-    oldestByte = serializers.IntegerField()
-    isActive = serializers.BooleanField()
-    exitStatus = ExitStatusSerializer(allow_null=True)
-    lastInputByte = serializers.IntegerField(help_text="Where the output stood when input last arrived")
-
-
 class OutputWaitSerializer(RequestSerializer):
     pattern = serializers.CharField(required=False, default="", allow_blank=True, trim_whitespace=False,
                                     max_length=1000, help_text="A regular expression to wait for in the output "
                                                                "(escape sequences stripped)")
-    timeoutMs = WholeNumber(required=False, default=10_000, min_value=0, max_value=_limit("MAX_WAIT_MS"))
+    timeoutMs = UpToSetting("MAX_WAIT_MS", required=False, default=10_000, min_value=0)
     fromByte = WholeNumber(required=False, min_value=0, help_text="Search from this byte (default: where the output "
                                                                   "stood at the last input)")
     untilInput = serializers.BooleanField(required=False, default=True,
                                           help_text="Also stop when the foreground program waits for input")
-
-    def validate_timeoutMs(self, value: int) -> int:
-        return _at_most(value, _limit("MAX_WAIT_MS"))
-
-
-class OutputWaitResultSerializer(serializers.Serializer):
-    terminalId = serializers.UUIDField()
-    outcome = serializers.ChoiceField(choices=["matched", "waiting_for_input", "exited", "timeout"])
-    match = serializers.CharField(allow_null=True)
-    output = serializers.CharField(help_text="What was printed from fromByte on, escape sequences stripped")
-    fromByte = serializers.IntegerField()
-    nextByte = serializers.IntegerField()
-    truncated = serializers.BooleanField()
-    exitStatus = ExitStatusSerializer(allow_null=True)
-
-
-class InputResultSerializer(serializers.Serializer):
-    terminalId = serializers.UUIDField()
-    bytesWritten = serializers.IntegerField()
-    pendingBytes = serializers.IntegerField()
-
-
-class CommandSerializer(serializers.Serializer):
-    terminalId = serializers.UUIDField()
-    commandId = serializers.CharField()
-    command = serializers.CharField()
-    source = serializers.ChoiceField(choices=["api", "shell"])
-    status = serializers.ChoiceField(choices=["running", "completed"])
-    exitCode = serializers.IntegerField(allow_null=True)
-    signal = serializers.CharField(allow_null=True)
-    timedOut = serializers.BooleanField()
-    waitingForInput = serializers.BooleanField()
-    output = serializers.CharField()
-    truncated = serializers.BooleanField()
-    totalLines = serializers.IntegerField()
-    linesShown = serializers.IntegerField()
-    linesOmitted = serializers.IntegerField()
-    startedAt = serializers.DateTimeField()
-    finishedAt = serializers.DateTimeField(allow_null=True)
-    durationMs = serializers.FloatField(allow_null=True)
-
-
-class CommandSummarySerializer(serializers.Serializer):
-    commandId = serializers.CharField()
-    command = serializers.CharField()
-    source = serializers.ChoiceField(choices=["api", "shell"])
-    status = serializers.ChoiceField(choices=["running", "completed"])
-    exitCode = serializers.IntegerField(allow_null=True)
-    signal = serializers.CharField(allow_null=True)
-    startedAt = serializers.DateTimeField()
-    finishedAt = serializers.DateTimeField(allow_null=True)
-    durationMs = serializers.FloatField(allow_null=True)
-
-
-class CommandListSerializer(serializers.Serializer):
-    terminalId = serializers.UUIDField()
-    commands = CommandSummarySerializer(many=True)
-    count = serializers.IntegerField()
-
-
-class BytesSerializer(serializers.Serializer):
-    terminalId = serializers.UUIDField()
-    chunk = serializers.CharField()
-    fromByte = serializers.IntegerField()
-    nextByte = serializers.IntegerField()
-    eof = serializers.BooleanField()
-    truncated = serializers.BooleanField()
-    oldestByte = serializers.IntegerField()
-    totalBytes = serializers.IntegerField()
-    isActive = serializers.BooleanField()
-    exitStatus = ExitStatusSerializer(allow_null=True)
-
-
-class SignalResultSerializer(serializers.Serializer):
-    terminalId = serializers.UUIDField()
-    signal = serializers.CharField()
-    processGroup = serializers.IntegerField()
-
-
-class WaitResultSerializer(serializers.Serializer):
-    terminalId = serializers.UUIDField()
-    timedOut = serializers.BooleanField()
-    exitCode = serializers.IntegerField(allow_null=True)
-    signal = serializers.CharField(allow_null=True)
-
-
-class CursorSerializer(serializers.Serializer):
-    row = serializers.IntegerField()
-    col = serializers.IntegerField()
-
-
-class ScreenSerializer(serializers.Serializer):
-    terminalId = serializers.UUIDField()
-    cols = serializers.IntegerField()
-    rows = serializers.IntegerField()
-    lines = serializers.ListField(child=serializers.CharField(allow_blank=True))
-    cursor = CursorSerializer()
-    cursorVisible = serializers.BooleanField()
-    alternateScreen = serializers.BooleanField()
-    title = serializers.CharField(allow_blank=True)
-
-
-class WorkerReportSerializer(serializers.Serializer):
-    id = serializers.CharField()
-    hostname = serializers.CharField()
-    pid = serializers.IntegerField()
-    alive = serializers.BooleanField(help_text="not stopped, and its last heartbeat is recent")
-    heartbeatAgeMs = serializers.IntegerField()
-    stopped = serializers.DateTimeField(allow_null=True)
-    activeTerminals = serializers.IntegerField()
-
-
-class HealthSerializer(serializers.Serializer):
-    status = serializers.ChoiceField(choices=["healthy", "degraded"])
-    uptime = serializers.FloatField()
-    activeTerminals = serializers.IntegerField(allow_null=True)
-    version = serializers.CharField()
-    worker = serializers.DictField(help_text="the worker that answered a ping through the channel layer")
-    workers = WorkerReportSerializer(many=True, allow_null=True,
-                                     help_text="every worker, from its heartbeats (null when the database is down)")
-    database = serializers.DictField()
-    isolation = serializers.DictField(help_text="usersSeparated: whether each user's terminals run as an account "
-                                      "of their own; runAs; problem: why not and what to do")
-
-
-class LivenessSerializer(serializers.Serializer):
-    status = serializers.ChoiceField(choices=["alive"])
-    uptime = serializers.FloatField()
-    version = serializers.CharField()
-
-
-class ReadinessSerializer(serializers.Serializer):
-    status = serializers.ChoiceField(choices=["ready", "not_ready"])
-    checks = serializers.DictField(child=serializers.BooleanField(),
-                                   help_text="accepting (false once the server is stopping), database, channelLayer, "
-                                             "liveWorker: each true when it holds")
-    workers = WorkerReportSerializer(many=True)
-
-
-
-
-@functools.cache
-def enveloped(serializer_class, *, message: bool = False):
-    """The schema of a success envelope around serializer_class (never a list, whatever the action)."""
-    fields = {"success": serializers.BooleanField(default=True), "data": serializer_class()}
-    if message:
-        fields["message"] = serializers.CharField()
-    name = serializer_class.__name__.removesuffix("Serializer") + ("MessageEnvelope" if message else "Envelope")
-    return extend_schema_serializer(many=False)(type(name, (serializers.Serializer,), fields))

@@ -21,6 +21,7 @@ from ..exceptions import NO_JSON, ErrorEnvelope, InvalidInput, NotFound
 from ..openapi import extend_schema
 from ..redaction import redact
 from ..throttling import ApiKeyRateThrottle, CreateRateThrottle
+from . import responses as r
 from . import serializers as s
 from .sse import server_sent_events
 
@@ -92,21 +93,21 @@ class TerminalViewSet(StrictRequest, viewsets.ViewSet):
         "command": s.ReadOptionsSerializer, "command_wait": s.WaitQuerySerializer, "wait": s.WaitQuerySerializer,
     }
 
-    @extend_schema(parameters=[s.ListQuerySerializer], responses={200: s.enveloped(s.TerminalListSerializer), **ERRORS})
+    @extend_schema(parameters=[s.ListQuerySerializer], responses={200: r.enveloped(r.TerminalListSerializer), **ERRORS})
     def list(self, request):
         query = valid(s.ListQuerySerializer, request.query_params)
         session_filter = {"session_id": query["sessionId"]} if "sessionId" in query else None
         terminals = sessions.session_list(user=request.user, status=query["status"], session_filter=session_filter)
         return ok({"terminals": terminals, "count": len(terminals)})
 
-    @extend_schema(request=s.TerminalCreateSerializer, responses={201: s.enveloped(s.TerminalCreatedSerializer), **ERRORS})
+    @extend_schema(request=s.TerminalCreateSerializer, responses={201: r.enveloped(r.TerminalCreatedSerializer), **ERRORS})
     def create(self, request):
         serializer = s.TerminalCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         created = sessions.session_create(actor=Actor.from_request(request), **serializer.use_case_arguments())
         return ok(created, status=201)
 
-    @extend_schema(responses={200: s.enveloped(s.TerminalSerializer), **ERRORS})
+    @extend_schema(responses={200: r.enveloped(r.TerminalSerializer), **ERRORS})
     def retrieve(self, request, pk=None):
         return ok(sessions.session_detail(user=request.user, terminal_id=pk))
 
@@ -119,7 +120,7 @@ class TerminalViewSet(StrictRequest, viewsets.ViewSet):
             OpenApiParameter("gracefulTimeoutMs", int, description="Milliseconds between the signal and SIGKILL; "
                              "also in the body"),
         ],
-        responses={200: s.enveloped(s.TerminalSerializer, message=True), **ERRORS},
+        responses={200: r.enveloped(r.TerminalSerializer, message=True), **ERRORS},
     )
     def destroy(self, request, pk=None):
         data = valid(s.TerminateSerializer, _query_and_body(request))
@@ -129,7 +130,7 @@ class TerminalViewSet(StrictRequest, viewsets.ViewSet):
         )
         return ok(ended, message="Terminal terminated successfully")
 
-    @extend_schema(request=s.TerminalInputSerializer, responses={200: s.enveloped(s.InputResultSerializer, message=True), **ERRORS})
+    @extend_schema(request=s.TerminalInputSerializer, responses={200: r.enveloped(r.InputResultSerializer, message=True), **ERRORS})
     @action(detail=True, methods=["post"])
     def input(self, request, pk=None):
         data = valid(s.TerminalInputSerializer, request.data)
@@ -141,7 +142,7 @@ class TerminalViewSet(StrictRequest, viewsets.ViewSet):
 
     @extend_schema(parameters=[s.OutputQuerySerializer],
                    responses={(200, "application/json"): PolymorphicProxySerializer(
-                                  "OutputOrBytes", [s.enveloped(s.OutputSerializer), s.enveloped(s.BytesSerializer)], None),
+                                  "OutputOrBytes", [r.enveloped(r.OutputSerializer), r.enveloped(r.BytesSerializer)], None),
                               (200, "text/event-stream"): OpenApiResponse(
                                   OpenApiTypes.STR, description="with follow=true: Server-Sent Events (output, gap, "
                                                                 "exit), each with its byte offset as id"),
@@ -160,7 +161,7 @@ class TerminalViewSet(StrictRequest, viewsets.ViewSet):
             return response
         return ok(sessions.session_read(actor=actor, terminal_id=pk, options=query.options()))
 
-    @extend_schema(responses={200: s.enveloped(s.StatsSerializer), **ERRORS})
+    @extend_schema(responses={200: r.enveloped(r.StatsSerializer), **ERRORS})
     @action(detail=True, methods=["get"])
     def stats(self, request, pk=None):
         return ok(sessions.session_stats(actor=Actor.from_request(request), terminal_id=pk))
@@ -168,9 +169,9 @@ class TerminalViewSet(StrictRequest, viewsets.ViewSet):
 
     # Commands (seed 001's execute_command / start_process, seed 002's Execute / GetOutput)
 
-    @extend_schema(request=s.CommandRunSerializer, responses={200: s.enveloped(s.CommandSerializer), **ERRORS},
+    @extend_schema(request=s.CommandRunSerializer, responses={200: r.enveloped(r.CommandSerializer), **ERRORS},
                    methods=["POST"])
-    @extend_schema(responses={200: s.enveloped(s.CommandListSerializer), **ERRORS}, methods=["GET"])
+    @extend_schema(responses={200: r.enveloped(r.CommandListSerializer), **ERRORS}, methods=["GET"])
     @action(detail=True, methods=["get", "post"])
     def commands(self, request, pk=None):
         actor = Actor.from_request(request)
@@ -184,7 +185,7 @@ class TerminalViewSet(StrictRequest, viewsets.ViewSet):
             read=serializer.read(),
         ))
 
-    @extend_schema(parameters=[s.ReadOptionsSerializer], responses={200: s.enveloped(s.CommandSerializer), **ERRORS},
+    @extend_schema(parameters=[s.ReadOptionsSerializer], responses={200: r.enveloped(r.CommandSerializer), **ERRORS},
                    operation_id="terminals_command_retrieve")
     @action(detail=True, methods=["get"], url_path=r"commands/(?P<command_id>[A-Za-z0-9_]+)")
     def command(self, request, pk=None, command_id=None):
@@ -195,7 +196,7 @@ class TerminalViewSet(StrictRequest, viewsets.ViewSet):
         ))
 
     @extend_schema(request=s.WaitQuerySerializer, parameters=[s.WaitQuerySerializer],
-                   responses={200: s.enveloped(s.CommandSerializer), **ERRORS})
+                   responses={200: r.enveloped(r.CommandSerializer), **ERRORS})
     @action(detail=True, methods=["post"], url_path=r"commands/(?P<command_id>[A-Za-z0-9_]+)/wait")
     def command_wait(self, request, pk=None, command_id=None):
         query = s.WaitQuerySerializer(data=_query_and_body(request))
@@ -207,26 +208,26 @@ class TerminalViewSet(StrictRequest, viewsets.ViewSet):
 
     # Processes (seed 001's stop_process, seed 003's wait_for_exit and kill)
 
-    @extend_schema(request=s.SignalSerializer, responses={200: s.enveloped(s.SignalResultSerializer), **ERRORS})
+    @extend_schema(request=s.SignalSerializer, responses={200: r.enveloped(r.SignalResultSerializer), **ERRORS})
     @action(detail=True, methods=["post"])
     def signal(self, request, pk=None):
         data = valid(s.SignalSerializer, _body(request))
         return ok(sessions.session_signal(actor=Actor.from_request(request), terminal_id=pk, signal=data["signal"]))
 
-    @extend_schema(request=s.ResizeSerializer, responses={200: s.enveloped(s.ResizeSerializer), **ERRORS})
+    @extend_schema(request=s.ResizeSerializer, responses={200: r.enveloped(s.ResizeSerializer), **ERRORS})
     @action(detail=True, methods=["post"])
     def resize(self, request, pk=None):
         data = valid(s.ResizeSerializer, _body(request))
         return ok(sessions.session_resize(actor=Actor.from_request(request), terminal_id=pk, **data))
 
     @extend_schema(request=s.WaitQuerySerializer, parameters=[s.WaitQuerySerializer],
-                   responses={200: s.enveloped(s.WaitResultSerializer), **ERRORS})
+                   responses={200: r.enveloped(r.WaitResultSerializer), **ERRORS})
     @action(detail=True, methods=["post"])
     def wait(self, request, pk=None):
         data = valid(s.WaitQuerySerializer, _query_and_body(request))
         return ok(sessions.session_wait_exit(actor=Actor.from_request(request), terminal_id=pk, timeout_ms=data["timeoutMs"]))
 
-    @extend_schema(request=s.OutputWaitSerializer, responses={200: s.enveloped(s.OutputWaitResultSerializer), **ERRORS})
+    @extend_schema(request=s.OutputWaitSerializer, responses={200: r.enveloped(r.OutputWaitResultSerializer), **ERRORS})
     @action(detail=True, methods=["post"], url_path="output/wait")
     def output_wait(self, request, pk=None):
         data = valid(s.OutputWaitSerializer, _body(request))
@@ -234,14 +235,14 @@ class TerminalViewSet(StrictRequest, viewsets.ViewSet):
             actor=Actor.from_request(request), terminal_id=pk, pattern=data["pattern"], timeout_ms=data["timeoutMs"],
             from_byte=data.get("fromByte"), until_input=data["untilInput"]))
 
-    @extend_schema(request=s.SignalSerializer, responses={200: s.enveloped(s.TerminalSerializer), **ERRORS})
+    @extend_schema(request=s.SignalSerializer, responses={200: r.enveloped(r.TerminalSerializer), **ERRORS})
     @action(detail=True, methods=["post"])
     def kill(self, request, pk=None):
         body = _body(request)
         data = valid(s.SignalSerializer, {"signal": "SIGKILL", **body})
         return ok(sessions.session_kill(actor=Actor.from_request(request), terminal_id=pk, signal=data["signal"]))
 
-    @extend_schema(responses={200: s.enveloped(s.ScreenSerializer), **ERRORS})
+    @extend_schema(responses={200: r.enveloped(r.ScreenSerializer), **ERRORS})
     @action(detail=True, methods=["get"])
     def screen(self, request, pk=None):
         return ok(sessions.session_screen(actor=Actor.from_request(request), terminal_id=pk))
@@ -271,7 +272,7 @@ def _query_and_body(request) -> dict:
     return {**request.query_params.dict(), **_body(request)}
 
 
-HEALTH = s.enveloped(s.HealthSerializer)
+HEALTH = r.enveloped(r.HealthSerializer)
 
 
 class HealthView(StrictRequest, APIView):
@@ -294,7 +295,7 @@ class LivenessView(HealthView):
     audit_action = "health_live"
 
     @extend_schema(tags=["health"], summary="Liveness: the process answers",
-                   responses={200: s.enveloped(s.LivenessSerializer)})
+                   responses={200: r.enveloped(r.LivenessSerializer)})
     def get(self, request):
         return ok(sessions.liveness())
 
@@ -305,7 +306,7 @@ class ReadinessView(HealthView):
     audit_action = "health_ready"
 
     @extend_schema(tags=["health"], summary="Readiness: database, channel layer and a live worker",
-                   responses={200: s.enveloped(s.ReadinessSerializer), 503: s.enveloped(s.ReadinessSerializer)})
+                   responses={200: r.enveloped(r.ReadinessSerializer), 503: r.enveloped(r.ReadinessSerializer)})
     def get(self, request):
         report = sessions.readiness()
         return ok(report, status=200 if report["status"] == "ready" else 503)

@@ -9,7 +9,6 @@ import re
 import secrets
 import shlex
 import time
-import uuid
 
 from django.conf import settings
 from django.contrib import messages
@@ -28,6 +27,7 @@ from ..audit import Actor, client_address, last_hash, verify_chain
 from ..audit_events import audit_events
 from ..log_filters import log_refusal
 from ..exceptions import InvalidInput, RecordingNotFound, ServiceError, TerminalNotFound, retry_after
+from ..ids import parse_uuid
 from ..models import ApiKey, Recording, TerminalSession
 from ..throttling import count_creation
 from .security import page, player_page, with_policy
@@ -285,10 +285,10 @@ def audit_list(request):
     filters = {name: request.GET.get(name, "").strip() for name in ("user", "action", "outcome", "terminal",
                                                                     "since", "until")}
     terminal = filters["terminal"]
-    events = audit_events(user=request.user, terminal=terminal if _is_uuid(terminal) else None,
+    events = audit_events(user=request.user, terminal=terminal if parse_uuid(terminal) else None,
                           action=filters["action"], outcome=filters["outcome"], username=filters["user"],
                           **_moments(request, filters))
-    if terminal and not _is_uuid(terminal):
+    if terminal and not parse_uuid(terminal):
         events = events.none()  # no terminal has that id
     listed = Paginator(events, AUDIT_PAGE).get_page(request.GET.get("page"))
     # A row about a recorded terminal opens its recording.
@@ -482,9 +482,3 @@ def _message(error: Exception) -> str:
     return getattr(error, "message", None) or str(error)
 
 
-def _is_uuid(value: str) -> bool:
-    try:
-        uuid.UUID(value)
-    except ValueError:
-        return False
-    return True

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import Any
 
 from channels.db import DatabaseSyncToAsync
-from django.conf import settings
 from django.db import DatabaseError
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
@@ -23,6 +22,7 @@ from mcp.types import CallToolResult, TextContent
 from .. import sessions
 from ..audit import Actor, audit
 from ..exceptions import DatabaseUnavailable, ServiceError, database_unavailable
+from ..ids import parse_uuid
 from ..throttling import count_creation
 from .identity import SCOPE_KEY
 
@@ -52,14 +52,6 @@ AGENT_ENV = {"PAGER": "cat", "GIT_PAGER": "cat", "MANPAGER": "cat", "SYSTEMD_PAG
 
 def agent_env(env: dict[str, str] | None) -> dict[str, str]:
     return {**AGENT_ENV, **(env or {})}
-
-
-def wait_ms(timeout_ms: int | float) -> int:
-    """How long an MCP call may wait for what it asked: timeout_ms, at most TERMINALS_MCP_MAX_WAIT_MS, because an
-    agent's client gives up on a call long before the core's own bound (MAX_WAIT_MS, which it applies on top).
-    Every waiting tool of every profile asks here, so a call past the bound answers as for any timeout: with what
-    it has so far and a handle to wait on (run_command's command_id), never a client's own timeout."""
-    return int(min(timeout_ms, settings.TERMINALS["MCP_MAX_WAIT_MS"]))
 
 
 def actor_of(ctx: Context) -> Actor:
@@ -140,15 +132,6 @@ def tool_error_text(error: ServiceError) -> str:
 
 def _audit(actor: Actor, profile: str, tool: str, outcome: str, terminal_id: str | None) -> None:
     try:
-        audit(actor, "mcp", outcome=outcome, terminal_id=_uuid_or_none(terminal_id), profile=profile, tool=tool)
+        audit(actor, "mcp", outcome=outcome, terminal_id=parse_uuid(terminal_id), profile=profile, tool=tool)
     except ServiceError:
         logger.exception("auditing an MCP call failed")  # the call's own use case audited what it did
-
-
-def _uuid_or_none(value):
-    import uuid
-
-    try:
-        return uuid.UUID(str(value)) if value else None
-    except ValueError:
-        return None

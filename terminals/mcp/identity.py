@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from channels.db import DatabaseSyncToAsync
+from django.conf import settings
 from django.db import DatabaseError
 from rest_framework.exceptions import AuthenticationFailed
 
@@ -42,7 +43,8 @@ def _check(key: str, source: str) -> Actor | Refusal:
         if unavailable is None:
             raise
         return Refusal(unavailable.status_code, unavailable.default_code, unavailable.message, unavailable.wait)
-    return Actor(user=record.user, api_key=record, source=source)
+    # An agent's client gives up on a call after about a minute: the core keeps this caller's waits shorter.
+    return Actor(user=record.user, api_key=record, source=source, max_wait_ms=settings.TERMINALS["MCP_MAX_WAIT_MS"])
 
 
 async def authenticate(scope) -> Actor | Refusal:

@@ -17,7 +17,7 @@ from typing import Annotated
 
 from django.conf import settings
 from django.core.cache import cache
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
@@ -25,7 +25,8 @@ from typing_extensions import TypedDict
 
 from .. import sessions
 from ..exceptions import InvalidInput, TerminalInactive
-from .calls import agent_env, call, result, wait_ms
+from .calls import agent_env, call, result
+from .toolset import ToolSet
 
 PROFILE = "komodo"
 FOLLOW_MS = 30_000  # how long GetOutput with follow waits for the execution to finish
@@ -96,149 +97,151 @@ def _subshell(command: str, options: ExecuteOptions) -> str:
     return f"( {' '.join(parts)} {run} )"
 
 
-def server() -> MCPServer:
-    mcp = MCPServer("terminals (Komodo terminal module)",
-                    instructions="Terminal sessions on this service's worker hosts (server_id: a host's name, as "
-                                 "/api/health lists them): Connect, Execute, GetOutput, Disconnect.")
+TOOLS = ToolSet("terminals (Komodo terminal module)",
+                instructions="Terminal sessions on this service's worker hosts (server_id: a host's name, as "
+                             "/api/health lists them): Connect, Execute, GetOutput, Disconnect.")
 
-    async def guarded(ctx, tool, use_case, **kwargs):
-        """call(), with the module's error shape: success false, error, message."""
-        try:
-            return await call(ctx, PROFILE, tool, use_case, **kwargs), None
-        except ToolError as error:
-            text = str(error)
-            if text.startswith("TERMINAL_NOT_FOUND") or text.startswith("TERMINAL_INACTIVE"):
-                return None, failure("Session not found", f"Terminal session does not exist or has expired ({text})")
-            return None, failure(text.split(":", 1)[0], text)
 
-    @mcp.tool(name="komodo_terminal_Connect", description="Opens a terminal session to a server.",
-              annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False))
-    async def connect(ctx: Context, server_id: str, options: ConnectOptions | None = None) -> CallToolResult:
-        options = options or {}
-        created, error = await guarded(ctx, "komodo_terminal_Connect", lambda actor: sessions.session_create(
-            actor=actor, shell=options.get("shell") or None, cwd=options.get("cwd") or None,
-            env=agent_env(options.get("env")), host=server_id, name=f"komodo {server_id}"), creates=True)
+async def guarded(ctx, tool, use_case, **kwargs):
+    """call(), with the module's error shape: success false, error, message."""
+    try:
+        return await call(ctx, PROFILE, tool, use_case, **kwargs), None
+    except ToolError as error:
+        text = str(error)
+        if text.startswith("TERMINAL_NOT_FOUND") or text.startswith("TERMINAL_INACTIVE"):
+            return None, failure("Session not found", f"Terminal session does not exist or has expired ({text})")
+        return None, failure(text.split(":", 1)[0], text)
+
+
+@TOOLS.tool(name="komodo_terminal_Connect", description="Opens a terminal session to a server.",
+            annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False))
+async def connect(ctx: Context, server_id: str, options: ConnectOptions | None = None) -> CallToolResult:
+    options = options or {}
+    created, error = await guarded(ctx, "komodo_terminal_Connect", lambda actor: sessions.session_create(
+        actor=actor, shell=options.get("shell") or None, cwd=options.get("cwd") or None,
+        env=agent_env(options.get("env")), host=server_id, name=f"komodo {server_id}"), creates=True)
+    if error:
+        return error
+    return result({"success": True, "sessionId": created["terminalId"], "status": "connected",
+                   "message": f"Terminal session established on server {server_id}"})
+
+
+@TOOLS.tool(name="komodo_terminal_Execute", description="Executes a command in a terminal session (a new one "
+            "without session_id, running the command without a PTY so stdout and stderr stay apart); returns at "
+            "once with an execution id: GetOutput has the results.",
+            annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True, openWorldHint=True))
+async def execute(ctx: Context, server_id: str, command: str, session_id: str = "",
+                  options: ExecuteOptions | None = None) -> CallToolResult:
+    options = options or {}
+    if session_id:
+        def run(actor):
+            record = sessions.session_get_for(user=actor.user, terminal_id=session_id)
+            host = record.worker.hostname if record.worker_id else ""
+            if host not in ("", server_id):
+                raise InvalidInput(f"session {session_id} runs on server {host}, not {server_id}")
+            return sessions.session_command_run(actor=actor, terminal_id=session_id,
+                                                command=_subshell(command, options), timeout_ms=1, wait=False,
+                                                read={"mode": "full", "head_lines": 0, "tail_lines": 0,
+                                                      "max_lines": 1, "strip_ansi": True})
+        ran, error = await guarded(ctx, "komodo_terminal_Execute", run, terminal_id=session_id)
         if error:
             return error
-        return result({"success": True, "sessionId": created["terminalId"], "status": "connected",
-                       "message": f"Terminal session established on server {server_id}"})
+        terminal, execution = session_id, ran["commandId"]
+    else:
+        def start(actor):
+            seconds = _seconds(options.get("timeout"), "options.timeout", 300)
+            created = sessions.session_create(
+                actor=actor, command="timeout", args=["-k", "5", f"{seconds:g}", "sh", "-c", command], pty=False,
+                cwd=options.get("cwd") or None, env=agent_env(options.get("env")), host=server_id,
+                name=f"komodo {server_id}")
+            try:  # its input, then the end of it, so a command that reads stdin does not wait for ever
+                sessions.session_write(actor=actor, terminal_id=created["terminalId"],
+                                       text=options.get("stdin") or "", append_newline=False, close=True)
+            except TerminalInactive:
+                pass  # it was done before it read anything
+            return created
+        created, error = await guarded(ctx, "komodo_terminal_Execute", start, creates=True)
+        if error:
+            return error
+        terminal = execution = created["terminalId"]
+    if options.get("captureOutput") is False:
+        cache.set(NO_CAPTURE.format(execution), True, 24 * 3600)
+    return result({"success": True, "executionId": f"exec_{execution}", "sessionId": terminal, "status": "running",
+                   "message": f"Command execution started on server {server_id}"})
 
-    @mcp.tool(name="komodo_terminal_Execute", description="Executes a command in a terminal session (a new one "
-              "without session_id, running the command without a PTY so stdout and stderr stay apart); returns at "
-              "once with an execution id: GetOutput has the results.",
-              annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True, openWorldHint=True))
-    async def execute(ctx: Context, server_id: str, command: str, session_id: str = "",
-                      options: ExecuteOptions | None = None) -> CallToolResult:
-        options = options or {}
-        if session_id:
-            def run(actor):
-                record = sessions.session_get_for(user=actor.user, terminal_id=session_id)
-                host = record.worker.hostname if record.worker_id else ""
-                if host not in ("", server_id):
-                    raise InvalidInput(f"session {session_id} runs on server {host}, not {server_id}")
-                return sessions.session_command_run(actor=actor, terminal_id=session_id,
-                                                    command=_subshell(command, options), timeout_ms=1, wait=False,
-                                                    read={"mode": "full", "head_lines": 0, "tail_lines": 0,
-                                                          "max_lines": 1, "strip_ansi": True})
-            ran, error = await guarded(ctx, "komodo_terminal_Execute", run, terminal_id=session_id)
-            if error:
-                return error
-            terminal, execution = session_id, ran["commandId"]
-        else:
-            def start(actor):
-                seconds = _seconds(options.get("timeout"), "options.timeout", 300)
-                created = sessions.session_create(
-                    actor=actor, command="timeout", args=["-k", "5", f"{seconds:g}", "sh", "-c", command], pty=False,
-                    cwd=options.get("cwd") or None, env=agent_env(options.get("env")), host=server_id,
-                    name=f"komodo {server_id}")
-                try:  # its input, then the end of it, so a command that reads stdin does not wait for ever
-                    sessions.session_write(actor=actor, terminal_id=created["terminalId"],
-                                           text=options.get("stdin") or "", append_newline=False, close=True)
-                except TerminalInactive:
-                    pass  # it was done before it read anything
-                return created
-            created, error = await guarded(ctx, "komodo_terminal_Execute", start, creates=True)
-            if error:
-                return error
-            terminal = execution = created["terminalId"]
-        if options.get("captureOutput") is False:
-            cache.set(NO_CAPTURE.format(execution), True, 24 * 3600)
-        return result({"success": True, "executionId": f"exec_{execution}", "sessionId": terminal, "status": "running",
-                       "message": f"Command execution started on server {server_id}"})
 
-    @mcp.tool(name="komodo_terminal_GetOutput", description="Retrieves output from a terminal session or command "
-              "execution: stdout, stderr (apart for commands run without a session), exitCode, isComplete.",
-              annotations=ToolAnnotations(readOnlyHint=True))
-    async def get_output(ctx: Context, session_id: str, options: OutputOptions | None = None) -> CallToolResult:
-        options = options or {}
-        read = _read_options(options)
-        since = _since(options.get("since"))
-        follow = bool(options.get("follow"))
+@TOOLS.tool(name="komodo_terminal_GetOutput", description="Retrieves output from a terminal session or command "
+            "execution: stdout, stderr (apart for commands run without a session), exitCode, isComplete.",
+            annotations=ToolAnnotations(readOnlyHint=True))
+async def get_output(ctx: Context, session_id: str, options: OutputOptions | None = None) -> CallToolResult:
+    options = options or {}
+    read = _read_options(options)
+    since = _since(options.get("since"))
+    follow = bool(options.get("follow"))
 
-        def gather(actor):
-            record = sessions.session_detail(user=actor.user, terminal_id=session_id)
-            if not record["pty"]:
-                if follow and record["status"] == "active":
-                    sessions.session_wait_exit(actor=actor, terminal_id=session_id, timeout_ms=wait_ms(FOLLOW_MS))
-                if options.get("lines") is None and since is None:  # all of it: the exact bytes, as printed
-                    streams = {name: sessions.session_read(actor=actor, terminal_id=session_id, options={
-                        "from_byte": 0, "max_bytes": settings.TERMINALS["MAX_READ_BYTES"], "strip_ansi": True,
-                        "stream": name}) for name in ("stdout", "stderr")}
-                    texts = {name: stream["chunk"] for name, stream in streams.items()}
-                else:
-                    streams = {name: sessions.session_read(actor=actor, terminal_id=session_id, options={
-                        "since": None, "since_time": since, "stream": name, "read": read})
-                        for name in ("stdout", "stderr")}
-                    texts = {name: stream["output"] for name, stream in streams.items()}
-                status = streams["stdout"]["exitStatus"] or {}
-                return session_id, texts["stdout"], texts["stderr"], status.get("exitCode"), \
-                    not streams["stdout"]["isActive"]
-            history = sessions.session_command_list(actor=actor, terminal_id=session_id)["commands"]
-            api_commands = [command for command in history if command.get("source") == "api"]
-            if not api_commands:
-                shown = sessions.session_read(actor=actor, terminal_id=session_id, options={
-                    "since": None, "since_time": since, "stream": "both", "read": read})
-                return session_id, shown["output"], "", None, False
-            last = api_commands[-1]["commandId"]
-            if follow:
-                got = sessions.session_command_wait(actor=actor, terminal_id=session_id, command_id=last,
-                                                    timeout_ms=wait_ms(FOLLOW_MS), read=read)
+    def gather(actor):
+        record = sessions.session_detail(user=actor.user, terminal_id=session_id)
+        if not record["pty"]:
+            if follow and record["status"] == "active":
+                sessions.session_wait_exit(actor=actor, terminal_id=session_id, timeout_ms=FOLLOW_MS)
+            if options.get("lines") is None and since is None:  # all of it: the exact bytes, as printed
+                streams = {name: sessions.session_read(actor=actor, terminal_id=session_id, options={
+                    "from_byte": 0, "max_bytes": settings.TERMINALS["MAX_READ_BYTES"], "strip_ansi": True,
+                    "stream": name}) for name in ("stdout", "stderr")}
+                texts = {name: stream["chunk"] for name, stream in streams.items()}
             else:
-                got = sessions.session_command_get(actor=actor, terminal_id=session_id, command_id=last, read=read)
-            return last, got["output"], "", got["exitCode"], got["status"] == "completed"
-
-        gathered, error = await guarded(ctx, "komodo_terminal_GetOutput", gather, terminal_id=session_id, long=follow)
-        if error:
-            return error
-        execution, stdout, stderr, exit_code, complete = gathered
-        if cache.get(NO_CAPTURE.format(execution)):
-            stdout = stderr = ""
-        return result({"success": True, "output": {
-            "stdout": stdout, "stderr": stderr, "exitCode": exit_code, "isComplete": complete,
-            "timestamp": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-        }, "message": "Output retrieved successfully"})
-
-    @mcp.tool(name="komodo_terminal_Disconnect", description="Closes a terminal session and cleans up resources "
-              "(its processes too, unless killProcesses is false).",
-              annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True))
-    async def disconnect(ctx: Context, session_id: str, options: DisconnectOptions | None = None) -> CallToolResult:
-        options = options or {}
-        if options.get("killProcesses", True):
-            def end(actor):
-                grace = _seconds(options.get("timeout"), "options.timeout", 10)
-                return sessions.session_terminate(actor=actor, terminal_id=session_id,
-                                                  force=bool(options.get("force")), grace_ms=int(grace * 1000))
-            _, error = await guarded(ctx, "komodo_terminal_Disconnect", end, terminal_id=session_id)
-            message = "Terminal session closed successfully"
+                streams = {name: sessions.session_read(actor=actor, terminal_id=session_id, options={
+                    "since": None, "since_time": since, "stream": name, "read": read})
+                    for name in ("stdout", "stderr")}
+                texts = {name: stream["output"] for name, stream in streams.items()}
+            status = streams["stdout"]["exitStatus"] or {}
+            return session_id, texts["stdout"], texts["stderr"], status.get("exitCode"), \
+                not streams["stdout"]["isActive"]
+        history = sessions.session_command_list(actor=actor, terminal_id=session_id)["commands"]
+        api_commands = [command for command in history if command.get("source") == "api"]
+        if not api_commands:
+            shown = sessions.session_read(actor=actor, terminal_id=session_id, options={
+                "since": None, "since_time": since, "stream": "both", "read": read})
+            return session_id, shown["output"], "", None, False
+        last = api_commands[-1]["commandId"]
+        if follow:
+            got = sessions.session_command_wait(actor=actor, terminal_id=session_id, command_id=last,
+                                                timeout_ms=FOLLOW_MS, read=read)
         else:
-            _, error = await guarded(ctx, "komodo_terminal_Disconnect", lambda actor: sessions.session_detail(
-                user=actor.user, terminal_id=session_id), terminal_id=session_id)
-            message = "Terminal session disconnected; its processes keep running (killProcesses: false)"
-        if error:
-            return error
-        return result({"success": True, "sessionId": session_id, "status": "disconnected", "message": message})
+            got = sessions.session_command_get(actor=actor, terminal_id=session_id, command_id=last, read=read)
+        return last, got["output"], "", got["exitCode"], got["status"] == "completed"
 
-    return mcp
+    gathered, error = await guarded(ctx, "komodo_terminal_GetOutput", gather, terminal_id=session_id, long=follow)
+    if error:
+        return error
+    execution, stdout, stderr, exit_code, complete = gathered
+    if cache.get(NO_CAPTURE.format(execution)):
+        stdout = stderr = ""
+    return result({"success": True, "output": {
+        "stdout": stdout, "stderr": stderr, "exitCode": exit_code, "isComplete": complete,
+        "timestamp": datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+    }, "message": "Output retrieved successfully"})
+
+
+@TOOLS.tool(name="komodo_terminal_Disconnect", description="Closes a terminal session and cleans up resources "
+            "(its processes too, unless killProcesses is false).",
+            annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True))
+async def disconnect(ctx: Context, session_id: str, options: DisconnectOptions | None = None) -> CallToolResult:
+    options = options or {}
+    if options.get("killProcesses", True):
+        def end(actor):
+            grace = _seconds(options.get("timeout"), "options.timeout", 10)
+            return sessions.session_terminate(actor=actor, terminal_id=session_id,
+                                              force=bool(options.get("force")), grace_ms=int(grace * 1000))
+        _, error = await guarded(ctx, "komodo_terminal_Disconnect", end, terminal_id=session_id)
+        message = "Terminal session closed successfully"
+    else:
+        _, error = await guarded(ctx, "komodo_terminal_Disconnect", lambda actor: sessions.session_detail(
+            user=actor.user, terminal_id=session_id), terminal_id=session_id)
+        message = "Terminal session disconnected; its processes keep running (killProcesses: false)"
+    if error:
+        return error
+    return result({"success": True, "sessionId": session_id, "status": "disconnected", "message": message})
 
 
 def _read_options(options: OutputOptions) -> dict:

@@ -37,15 +37,13 @@ PREFIX = "/mcp"
 
 
 def _profiles() -> dict[str, object]:
-    """Each path's MCPServer, built on first use (importing the SDK takes a moment)."""
+    """Each path's MCPServer, with its profile's tools registered, built on first use (importing the SDK takes a
+    moment)."""
     from . import komodo, persistent_terminal, terminally, tools
-    from .arguments import refuse_unknown_arguments
 
-    servers = {"/mcp": tools.server(), "/mcp/terminally": terminally.server(), "/mcp/komodo": komodo.server(),
-               "/mcp/persistent-terminal": persistent_terminal.server()}
-    for server in servers.values():
-        refuse_unknown_arguments(server)
-    return servers
+    profiles = {"/mcp": tools, "/mcp/terminally": terminally, "/mcp/komodo": komodo,
+                "/mcp/persistent-terminal": persistent_terminal}
+    return {path: profile.TOOLS.server() for path, profile in profiles.items()}
 
 
 class McpEndpoint:
