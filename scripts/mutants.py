@@ -241,9 +241,9 @@ MUTANTS = [
     ),
     Mutant(
         "mcp-wait-cap", "no MCP call waits past TERMINALS_MCP_MAX_WAIT_MS",
-        "terminals/mcp/calls.py",
-        '''    return int(min(timeout_ms, settings.TERMINALS["MCP_MAX_WAIT_MS"]))''',
-        '''    return int(timeout_ms)''',
+        "terminals/mcp/identity.py",
+        '''max_wait_ms=settings.TERMINALS["MCP_MAX_WAIT_MS"]''',
+        '''max_wait_ms=None''',
         ("tests/test_mcp.py::test_no_mcp_call_waits_past_the_mcp_bound_and_the_command_can_be_waited_for_next",),
     ),
     Mutant(
@@ -326,5 +326,12 @@ MUTANTS = [
         '''        exchange = _unless_lost(exchange, fields["id"])''',
         '''        pass''',
         ("tests/test_live_detach.py::test_a_command_in_flight_on_a_killed_worker_answers_409_once_the_terminal_is_lost",),
+    ),
+    Mutant(
+        "rest-bound-not-its-setting", "a request bound is its setting, read when used",
+        "terminals/api/serializers.py",
+        '''        return settings.TERMINALS[setting] if setting else None''',
+        '''        return 10**9 if setting else None''',
+        ("tests/test_api_limits.py::test_a_request_bound_is_its_setting_read_when_used_by_the_check_and_the_schema",),
     ),
 ]

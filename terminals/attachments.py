@@ -7,7 +7,6 @@ requests through the worker's client, as REST's use cases (sessions.py) do from 
 from __future__ import annotations
 
 import logging
-import uuid
 from dataclasses import dataclass
 
 from rest_framework.exceptions import AuthenticationFailed
@@ -16,6 +15,7 @@ from . import database_threads, sessions
 from .audit import Actor, audit
 from .auth import usable_key
 from .exceptions import AuditUnavailable, DatabaseUnavailable, ServiceError, TerminalNotFound, terminal_inactive
+from .ids import parse_uuid
 from .keystrokes import KeyAudit
 from .worker import client as worker_client
 from .worker import leases, protocol
@@ -86,7 +86,7 @@ async def attach(actor: Actor, terminal_id: str, *, read_only: bool, subscriber:
 
 async def refuse(actor: Actor, terminal_id: str, code: str) -> None:
     """An attach refused (credentials, origin, the cap, the terminal): on record under code."""
-    await database_threads.run(audit, actor, "attach", outcome=code, terminal_id=_uuid(terminal_id))
+    await database_threads.run(audit, actor, "attach", outcome=code, terminal_id=parse_uuid(terminal_id))
 
 
 async def type_keys(attachment: Attachment, data: str) -> None:
@@ -144,9 +144,3 @@ async def _detach_from_worker(attachment: Attachment) -> None:
     await worker_client.tell(attachment.worker_channel, protocol.DETACH, id=attachment.terminal_id,
                              subscriber=attachment.subscriber)
 
-
-def _uuid(value: str):
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        return None

@@ -10,7 +10,6 @@ from typing import Annotated, Literal
 
 from django.conf import settings
 from mcp.server.mcpserver import Context
-from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
