@@ -1,0 +1,238 @@
+"""The Python client library (clients/python), installed into a fresh virtualenv without the server's code, driven
+against the real servers: every method of Client and Terminal and their async twins, typed errors carrying the
+service's codes, and a live stream that survives dropped WebSockets with every byte once (docs/client.md)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from .client_venv import CuttingProxy
+from .conftest import make_key
+from .servers import start_embedded, wait_for
+
+
+def result_of(completed) -> dict:
+    assert completed.returncode == 0, f"the script failed:\n{completed.stdout}\n{completed.stderr}"
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def test_the_library_runs_commands_for_their_output_and_exact_exit_code(client_venv, server, keys, alice):
+    done = result_of(client_venv.script("""
+        import json
+        from terminals_client import Client, CommandFailed, TerminalInactive, Timeout
+
+        c = Client()
+        t = c.create(cwd="/tmp", name="build")
+        ok = t.run("printf 'h\\u00e9llo \\u2713\\\\n'")
+        failed = t.run("echo to-out; echo to-err >&2; (exit 3)")
+        try:
+            failed.check()
+            raised = None
+        except CommandFailed as error:
+            raised = [error.code, error.result.exit_code]
+        t.send("sleep 0.3; echo listening on port 8080")
+        match = t.wait_for(r"listening on port \\d+", timeout=30)
+        t.resize(100, 30)
+        size = t.run("stty size").output
+        try:
+            t.run("sleep 30; echo never", timeout=1)
+            timeout = None
+        except Timeout as error:
+            timeout = [error.which, error.command_id]
+        t.signal("SIGINT")
+        interrupted = t.wait_command(timeout[1], timeout=30)
+        found = [x.id for x in c.terminals()]
+        again = c.terminal(t.id)
+        program = c.create(command="sh", args=["-c", "echo from-program; exit 7"])
+        exited = program.wait(timeout=30)
+        read = program.read(from_byte=0)
+        sleeper = c.create(command="sleep", args=["600"])
+        killed = sleeper.kill()
+        after_kill = sleeper.read(from_byte=0)
+        t.close()
+        try:
+            t.send("echo too late")
+            late = None
+        except TerminalInactive as error:
+            late = error.code
+        print(json.dumps({
+            "ok": [ok.exit_code, ok.output, ok.check().command_id.startswith("cmd_"), ok.duration is not None],
+            "failed": [failed.exit_code, failed.output, failed.truncated], "raised": raised,
+            "match": match.match, "size": size, "timeout": timeout[0],
+            "interrupted": [interrupted.exit_code, interrupted.signal, interrupted.output],
+            "found": t.id in found, "again": [again.id == t.id, again.info["name"]],
+            "exited": [exited.exit_code, exited.signal, exited.code], "read": [read.text, read.eof],
+            "killed": killed["status"], "after_kill": after_kill.eof, "late": late,
+            "ids": [t.id, program.id, sleeper.id]}))
+    """, server.url, keys["alice"]))
+    alice.created.extend(done["ids"])
+    assert done["ok"] == [0, "h\u00e9llo \u2713\n", True, True]
+    assert done["failed"] == [3, "to-out\nto-err\n", False]
+    assert done["raised"] == ["COMMAND_FAILED", 3]
+    assert done["match"] == "listening on port 8080"
+    assert done["size"] == "30 100\n"
+    assert done["timeout"] == "run"
+    assert done["interrupted"][:2] == [130, "SIGINT"] and "never" not in done["interrupted"][2]
+    assert done["found"] is True and done["again"] == [True, "build"]
+    assert done["exited"] == [7, None, 7]
+    assert done["read"] == ["from-program\r\n", True]
+    assert done["killed"] == "killed" and done["after_kill"] is True
+    assert done["late"] == "TERMINAL_INACTIVE"
+    assert alice.get(f"/api/terminals/{done['ids'][0]}").json()["data"]["status"] == "killed"
+
+
+def test_the_async_client_is_the_same_api_awaited(client_venv, server, keys, alice):
+    done = result_of(client_venv.script("""
+        import asyncio, json
+        from terminals_client import AsyncClient, NotFound, Timeout
+
+        async def main():
+            async with AsyncClient() as c:
+                t = await c.create(cwd="/tmp")
+                r = await t.run("echo async; (exit 4)")
+                await t.send("sleep 0.2; echo ready-now")
+                match = await t.wait_for("ready-now", timeout=30)
+                try:
+                    await t.run("sleep 30", timeout=1)
+                    which = None
+                except Timeout as error:
+                    which = error.which
+                await t.signal("SIGINT")
+                program = await c.create(command="sh", args=["-c", "for i in 1 2 3; do echo tick $i; done; exit 5"])
+                chunks = [chunk async for chunk in program.stream(from_byte=0)]
+                status = await program.wait(timeout=30)
+                listed = [x.id for x in await c.terminals(status="all")]
+                await t.close()
+                await program.close()
+                try:
+                    await c.terminal("00000000-0000-0000-0000-000000000000")
+                    missing = None
+                except NotFound as error:
+                    missing = error.code
+                return {"run": [r.exit_code, r.output], "match": match.match, "which": which,
+                        "stream": "".join(chunks), "status": status.exit_code, "listed": t.id in listed,
+                        "missing": missing, "ids": [t.id, program.id]}
+
+        print(json.dumps(asyncio.run(main())))
+    """, server.url, keys["alice"]))
+    alice.created.extend(done["ids"])
+    assert done["run"] == [4, "async\n"]
+    assert done["match"] == "ready-now" and done["which"] == "run"
+    assert done["stream"] == "tick 1\r\ntick 2\r\ntick 3\r\n"
+    assert done["status"] == 5 and done["listed"] is True
+    assert done["missing"] == "TERMINAL_NOT_FOUND"
+
+
+def test_errors_are_typed_and_carry_the_services_code(client_venv, server, keys, alice, bob):
+    """Another user's terminal is NotFound, exactly like an unknown one; a bad key is AuthError; a bad field
+    InvalidInput; a second command while one runs Busy; an address nobody answers ServiceUnavailable."""
+    theirs = bob.create(shell="/bin/sh")["terminalId"]
+    done = result_of(client_venv.script(f"""
+        import json
+        from terminals_client import Client, Terminal, TerminalsError
+
+        def code(call):
+            try:
+                call()
+            except TerminalsError as error:
+                return [type(error).__name__, error.code, error.status]
+            return None
+
+        c = Client()
+        t = c.create(shell="/bin/sh")
+        theirs = Terminal(c, {{"terminalId": "{theirs}"}})
+        stream = code(lambda: list(theirs.stream(reconnect_timeout=5)))
+        still_running = code(lambda: t.run("sleep 3", timeout=0.2))
+        print(json.dumps({{
+            "terminal": code(lambda: c.terminal("{theirs}")),
+            "send": code(lambda: theirs.send("x")),
+            "unknown": code(lambda: c.terminal("00000000-0000-0000-0000-000000000000")),
+            "stream": stream,
+            "key": code(lambda: Client(key="tk_nothing.wrong").terminals()),
+            "invalid": code(lambda: c.create(cwd="/nonexistent")),
+            "timeout": still_running,
+            "busy": code(lambda: t.run("echo second")),
+            "down": code(lambda: Client(url="http://127.0.0.1:9").terminals()),
+            "id": t.id}}))
+    """, server.url, keys["alice"]))
+    alice.created.append(done["id"])
+    assert done["terminal"] == ["NotFound", "TERMINAL_NOT_FOUND", 404]
+    assert done["send"] == ["NotFound", "TERMINAL_NOT_FOUND", 404]
+    assert done["unknown"] == ["NotFound", "TERMINAL_NOT_FOUND", 404]
+    assert done["stream"] == ["NotFound", "TERMINAL_NOT_FOUND", None]
+    assert done["key"] == ["AuthError", "UNAUTHORIZED", 401]
+    assert done["invalid"] == ["InvalidInput", "INVALID_INPUT", 400]
+    assert done["timeout"] == ["Timeout", "TIMEOUT", None]
+    assert done["busy"] == ["Busy", "TERMINAL_BUSY", 409]
+    assert done["down"] == ["ServiceUnavailable", "UNREACHABLE", None]
+    assert bob.get(f"/api/terminals/{theirs}").json()["data"]["status"] == "active"
+
+
+@pytest.fixture(scope="module")
+def throttled_server(django_db_setup):
+    """A server that lets a key make six requests a minute (as tests/test_throttling.py)."""
+    server = start_embedded(TERMINALS_THROTTLE_RATE="6/min", TERMINALS_CREATE_THROTTLE_RATE="2/min")
+    yield server
+    server.stop()
+
+
+def test_a_throttled_key_gets_rate_limited_with_the_services_retry_after(client_venv, orm, throttled_server):
+    _, key = make_key()
+    done = result_of(client_venv.script("""
+        import json
+        from terminals_client import Client, RateLimited
+
+        c = Client()
+        answered = 0
+        try:
+            for _ in range(10):
+                c.terminals()
+                answered += 1
+            refused = None
+        except RateLimited as error:
+            refused = [error.code, error.status, error.retry_after]
+        print(json.dumps({"answered": answered, "refused": refused}))
+    """, throttled_server.url, key))
+    assert done["answered"] == 6
+    code, status, retry_after = done["refused"]
+    assert (code, status) == ("RATE_LIMITED", 429) and 1 <= retry_after <= 60
+
+
+TICKS = 150
+
+
+def test_a_stream_survives_dropped_websockets_with_every_byte_once(client_venv, server, keys, alice):
+    """The network drops the stream's WebSocket twice while a program prints; the stream reconnects from the
+    byte after the last it yielded: what it yields is exactly the terminal's output, each byte once."""
+    proxy = CuttingProxy(server.url)
+    terminal_id = alice.create(command="sh", args=["-c", f"i=0; while [ $i -lt {TICKS} ]; do i=$((i+1)); "
+                                                         f"echo tick-$i; sleep 0.02; done"])["terminalId"]
+    script = client_venv.env(proxy.url, keys["alice"])
+    process = subprocess.Popen(
+        [client_venv.python, "-c", "import sys\nfrom terminals_client import Client\n"
+         f"stream = Client().terminal({terminal_id!r}).stream(from_byte=0)\n"
+         "for chunk in stream:\n    sys.stdout.write(chunk)\n    sys.stdout.flush()\n"
+         "print('EXIT', stream.exit_status.code, flush=True)\n"],
+        cwd=client_venv.folder, env=script, stdout=subprocess.PIPE)
+    seen = ""
+    try:
+        for cut_at in (20, 70):
+            while f"tick-{cut_at}\r\n" not in seen:
+                line = process.stdout.readline()  # bytes: the \r\n of the PTY stay as they are
+                assert line, f"the stream ended early:\n{seen}"
+                seen += line.decode()
+            wait_for(proxy.cut_websockets, 10, "an open WebSocket to cut")
+        rest, _ = process.communicate(timeout=60)
+        seen += rest.decode()
+    finally:
+        process.kill()
+        proxy.close()
+    assert process.returncode == 0, seen
+    assert proxy.websockets_opened >= 3
+    printed = alice.output(terminal_id, fromByte=0, maxBytes=1 << 20)["chunk"]
+    assert seen == printed + "EXIT 0\n"
+    assert [line for line in seen.splitlines()[:-1]] == [f"tick-{i}" for i in range(1, TICKS + 1)]
