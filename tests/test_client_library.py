@@ -5,12 +5,12 @@ service's codes, and a live stream that survives dropped WebSockets with every b
 from __future__ import annotations
 
 import json
+import re
 import subprocess
-import time
 
 import pytest
 
-from .client_venv import CuttingProxy
+from .client_venv import ROOT, CuttingProxy
 from .conftest import make_key
 from .servers import start_embedded, wait_for
 
@@ -236,3 +236,14 @@ def test_a_stream_survives_dropped_websockets_with_every_byte_once(client_venv, 
     printed = alice.output(terminal_id, fromByte=0, maxBytes=1 << 20)["chunk"]
     assert seen == printed + "EXIT 0\n"
     assert [line for line in seen.splitlines()[:-1]] == [f"tick-{i}" for i in range(1, TICKS + 1)]
+
+
+def test_the_python_examples_of_docs_client_md_run_as_written(client_venv, server, keys, alice):
+    """Each ```python block of docs/client.md runs to its end in the client's virtualenv, against the server."""
+    page = (ROOT / "docs" / "client.md").read_text()
+    blocks = re.findall(r"^```python\n(.*?)^```", page, re.S | re.M)
+    assert len(blocks) >= 4
+    for block in blocks:
+        ran = client_venv.script(block, server.url, keys["alice"])
+        assert ran.returncode == 0, f"{block}\n{ran.stdout}\n{ran.stderr}"
+    alice.created.extend(terminal["id"] for terminal in alice.get("/api/terminals").json()["data"]["terminals"])
