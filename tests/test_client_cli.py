@@ -65,3 +65,10 @@ def test_ls_logs_send_kill_close_find_terminals_again_by_id(client_venv, server,
         refused = run(client_venv, server, keys["alice"], *action)
         assert refused.returncode == 255 and b"not found" in refused.stderr, action
     assert bob.get(f"/api/terminals/{theirs}").json()["data"]["status"] == "active"
+
+
+def test_attach_types_piped_input_and_exits_with_the_remote_exit_code(client_venv, server, keys, alice):
+    terminal_id = alice.create(shell="/bin/bash")["terminalId"]
+    done = run(client_venv, server, keys["alice"], "attach", terminal_id, stdin=b"echo from-$((6*7))\nexit 5\n")
+    assert done.returncode == 5, done.stderr
+    assert b"from-42" in done.stdout
