@@ -31,6 +31,13 @@ class ClientVenv:
     def terminals(self) -> str:
         return str(self.folder / "bin" / "terminals")
 
+    def install(self, *requirements: str) -> None:
+        env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+        env.pop("PYTHONPATH", None)
+        installed = subprocess.run([self.python, "-m", "pip", "install", "-q", *requirements], capture_output=True,
+                                   text=True, env=env, cwd=self.folder)
+        assert installed.returncode == 0, f"pip install {requirements} failed:\n{installed.stdout}\n{installed.stderr}"
+
     def env(self, url: str, key: str | None, **extra: str) -> dict[str, str]:
         """A clean environment: the service's URL and key, no PYTHONPATH, no Django settings."""
         env = {"PATH": f"{self.folder / 'bin'}:/usr/bin:/bin", "HOME": str(self.folder), "LANG": "C.UTF-8",
@@ -52,17 +59,16 @@ class ClientVenv:
                               input=stdin if stdin is not None else b"", timeout=timeout, env=self.env(url, key))
 
 
-def create(extra_packages: tuple[str, ...] = ()) -> ClientVenv:
+def create() -> ClientVenv:
     folder = Path(tempfile.mkdtemp(prefix="terminals-client-venv-"))
-    subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True, capture_output=True)
+    # TERMINALS_TEST_CLIENT_PYTHON runs the client on another interpreter, e.g. a Python 3.9, its oldest.
+    python = os.environ.get("TERMINALS_TEST_CLIENT_PYTHON") or sys.executable
+    subprocess.run([python, "-m", "venv", str(folder)], check=True, capture_output=True)
     source = folder / "src"
     shutil.copytree(PACKAGE, source, ignore=BUILD_LEFTOVERS)
-    env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    env.pop("PYTHONPATH", None)
-    installed = subprocess.run([str(folder / "bin" / "python"), "-m", "pip", "install", "-q", str(source),
-                                *extra_packages], capture_output=True, text=True, env=env, cwd=folder)
-    assert installed.returncode == 0, f"pip install ./clients/python failed:\n{installed.stdout}\n{installed.stderr}"
-    return ClientVenv(folder)
+    venv = ClientVenv(folder)
+    venv.install(str(source))
+    return venv
 
 
 def pinned(name: str) -> str:

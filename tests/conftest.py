@@ -191,10 +191,9 @@ def client(server, keys):
 
 @pytest.fixture(scope="session")
 def client_venv():
-    """clients/python installed into a fresh virtualenv, once per run, with mypy at its pinned version for the
-    typing check (tests/client_venv.py)."""
+    """clients/python installed into a fresh virtualenv, once per run (tests/client_venv.py)."""
     from . import client_venv as venvs
 
-    venv = venvs.create((venvs.pinned("mypy"),))
+    venv = venvs.create()
     yield venv
     shutil.rmtree(venv.folder, ignore_errors=True)
