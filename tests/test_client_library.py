@@ -217,21 +217,30 @@ def test_the_opt_in_retry_waits_out_rate_limited_refusals(client_venv, orm, thro
 
 
 TICKS = 150
+STREAMERS = {
+    "sync": "import sys\nfrom terminals_client import Client\n"
+            "stream = Client().terminal(ID).stream(from_byte=0)\n"
+            "for chunk in stream:\n    sys.stdout.write(chunk)\n    sys.stdout.flush()\n"
+            "print('EXIT', stream.exit_status.code, flush=True)\n",
+    "async": "import asyncio, sys\nfrom terminals_client import AsyncClient\n"
+             "async def main():\n    async with AsyncClient() as c:\n"
+             "        stream = (await c.terminal(ID)).stream(from_byte=0)\n"
+             "        async for chunk in stream:\n            sys.stdout.write(chunk)\n            sys.stdout.flush()\n"
+             "        print('EXIT', stream.exit_status.code, flush=True)\n"
+             "asyncio.run(main())\n",
+}
 
 
-def test_a_stream_survives_dropped_websockets_with_every_byte_once(client_venv, server, keys, alice):
+@pytest.mark.parametrize("kind", STREAMERS)
+def test_a_stream_survives_dropped_websockets_with_every_byte_once(client_venv, server, keys, alice, kind):
     """The network drops the stream's WebSocket twice while a program prints; the stream reconnects from the
     byte after the last it yielded: what it yields is exactly the terminal's output, each byte once."""
     proxy = CuttingProxy(server.url)
     terminal_id = alice.create(command="sh", args=["-c", f"i=0; while [ $i -lt {TICKS} ]; do i=$((i+1)); "
                                                          f"echo tick-$i; sleep 0.02; done"])["terminalId"]
-    script = client_venv.env(proxy.url, keys["alice"])
-    process = subprocess.Popen(
-        [client_venv.python, "-c", "import sys\nfrom terminals_client import Client\n"
-         f"stream = Client().terminal({terminal_id!r}).stream(from_byte=0)\n"
-         "for chunk in stream:\n    sys.stdout.write(chunk)\n    sys.stdout.flush()\n"
-         "print('EXIT', stream.exit_status.code, flush=True)\n"],
-        cwd=client_venv.folder, env=script, stdout=subprocess.PIPE)
+    process = subprocess.Popen([client_venv.python, "-c", f"ID = {terminal_id!r}\n" + STREAMERS[kind]],
+                               cwd=client_venv.folder, env=client_venv.env(proxy.url, keys["alice"]),
+                               stdout=subprocess.PIPE)
     seen = ""
     try:
         for cut_at in (20, 70):
@@ -249,7 +258,7 @@ def test_a_stream_survives_dropped_websockets_with_every_byte_once(client_venv, 
     assert proxy.websockets_opened >= 3
     printed = alice.output(terminal_id, fromByte=0, maxBytes=1 << 20)["chunk"]
     assert seen == printed + "EXIT 0\n"
-    assert [line for line in seen.splitlines()[:-1]] == [f"tick-{i}" for i in range(1, TICKS + 1)]
+    assert seen.splitlines()[:-1] == [f"tick-{i}" for i in range(1, TICKS + 1)]
 
 
 def test_the_python_examples_of_docs_client_md_run_as_written(client_venv, server, keys, alice):

@@ -31,6 +31,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         fail(error.message)
     except KeyboardInterrupt:
         status = 130
+    except BrokenPipeError:  # `terminals logs ID | head`: the reader left, as for any Unix filter
+        sys.stderr.close()
+        status = 141
     sys.exit(status)
 
 
