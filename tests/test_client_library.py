@@ -12,7 +12,7 @@ import pytest
 
 from .client_venv import ROOT, CuttingProxy
 from .conftest import make_key
-from .servers import start_embedded, wait_for
+from .servers import start_embedded, start_split, wait_for
 
 
 def result_of(completed) -> dict:
@@ -270,3 +270,29 @@ def test_the_python_examples_of_docs_client_md_run_as_written(client_venv, serve
         ran = client_venv.script(block, server.url, keys["alice"])
         assert ran.returncode == 0, f"{block}\n{ran.stdout}\n{ran.stderr}"
     alice.created.extend(terminal["id"] for terminal in alice.get("/api/terminals").json()["data"]["terminals"])
+
+
+def test_a_service_without_a_worker_is_service_unavailable_and_terminals_run_exits_255(client_venv, orm):
+    """The split deployment with its only worker stopped answers 503 WORKER_UNAVAILABLE: the library raises
+    ServiceUnavailable with that code, and `terminals run` says the service's message and exits 255."""
+    _, key = make_key()
+    deployment = start_split(TERMINALS_WORKER_TIMEOUT_MS="1000")
+    try:
+        deployment.process("worker0").stop()
+        done = result_of(client_venv.script("""
+            import json
+            from terminals_client import Client, ServiceUnavailable
+
+            try:
+                Client().create(shell="/bin/sh")
+                refused = None
+            except ServiceUnavailable as error:
+                refused = [error.code, error.status, error.message]
+            print(json.dumps({"refused": refused}))
+        """, deployment.url, key))
+        ran = client_venv.command(["run", "--", "true"], deployment.url, key)
+    finally:
+        deployment.stop()
+    code, status, message = done["refused"]
+    assert (code, status) == ("WORKER_UNAVAILABLE", 503) and message
+    assert ran.returncode == 255 and ran.stderr.startswith(b"terminals: ") and b"worker" in ran.stderr

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, Generator, List, Optional, Tuple, Union
+from typing import Any, Dict, Generator, Optional, Tuple
 
 from .errors import TerminalInactive, Timeout
 from .results import Chunk, CommandResult, ExitStatus, OutputMatch, exit_status
@@ -193,5 +193,3 @@ def health() -> Op:
     data = yield Request("health")
     return data
 
-
-Answer = Union[Dict[str, Any], List[Any], str]

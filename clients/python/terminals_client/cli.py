@@ -11,7 +11,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any, BinaryIO, List, Optional, Sequence
+from typing import BinaryIO, List, Optional, Sequence
 
 from .client import Client, Stream, Terminal
 from .errors import ServerError, TerminalInactive, TerminalsError
