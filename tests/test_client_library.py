@@ -26,8 +26,11 @@ def test_the_library_runs_commands_for_their_output_and_exact_exit_code(client_v
         from terminals_client import Client, CommandFailed, TerminalInactive, Timeout
 
         c = Client()
-        t = c.create(cwd="/tmp", name="build")
+        t = c.create(cwd="/tmp", name="build", record=True)
         ok = t.run("printf 'h\\u00e9llo \\u2713\\\\n'")
+        reads = [t.screen()["cols"], t.stats()["totalBytes"] > 0, [x["commandId"] for x in t.commands()],
+                 t.command(ok.command_id).exit_code, t.recording().startswith('{"version": 2'),
+                 t.refresh()["status"], c.health()["status"]]
         failed = t.run("echo to-out; echo to-err >&2; (exit 3)")
         try:
             failed.check()
@@ -60,6 +63,7 @@ def test_the_library_runs_commands_for_their_output_and_exact_exit_code(client_v
         except TerminalInactive as error:
             late = error.code
         print(json.dumps({
+            "reads": reads,
             "ok": [ok.exit_code, ok.output, ok.check().command_id.startswith("cmd_"), ok.duration is not None],
             "failed": [failed.exit_code, failed.output, failed.truncated], "raised": raised,
             "match": match.match, "size": size, "timeout": timeout[0],
@@ -71,6 +75,8 @@ def test_the_library_runs_commands_for_their_output_and_exact_exit_code(client_v
     """, server.url, keys["alice"]))
     alice.created.extend(done["ids"])
     assert done["ok"] == [0, "h\u00e9llo \u2713\n", True, True]
+    assert done["reads"][:2] == [80, True] and done["reads"][3:] == [0, True, "active", "healthy"]
+    assert done["reads"][2][-1].startswith("cmd_")
     assert done["failed"] == [3, "to-out\nto-err\n", False]
     assert done["raised"] == ["COMMAND_FAILED", 3]
     assert done["match"] == "listening on port 8080"
