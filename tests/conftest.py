@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 
 import pytest
@@ -186,3 +187,13 @@ def terminal(alice) -> str:
 def client(server, keys):
     """Alice's client on whichever deployment the test is parametrised with."""
     yield from _client(server, keys["alice"])
+
+
+@pytest.fixture(scope="session")
+def client_venv():
+    """clients/python installed into a fresh virtualenv, once per run (tests/client_venv.py)."""
+    from . import client_venv as venvs
+
+    venv = venvs.create()
+    yield venv
+    shutil.rmtree(venv.folder, ignore_errors=True)
