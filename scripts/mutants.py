@@ -334,4 +334,18 @@ MUTANTS = [
         '''        return 10**9 if setting else None''',
         ("tests/test_api_limits.py::test_a_request_bound_is_its_setting_read_when_used_by_the_check_and_the_schema",),
     ),
+    Mutant(
+        "client-stream-reconnect", "a client stream reconnects by byte offset after a dropped WebSocket",
+        "clients/python/terminals_client/_stream.py",
+        "        return self.failed()\n",
+        "        return None\n",
+        ("tests/test_client_library.py::test_a_stream_survives_dropped_websockets_with_every_byte_once",),
+    ),
+    Mutant(
+        "client-run-exit-code", "terminals run exits with the remote exit code",
+        "clients/python/terminals_client/cli.py",
+        "        return status.code\n",
+        "        return 0\n",
+        ("tests/test_client_cli.py::test_run_exits_with_the_remote_exit_code",),
+    ),
 ]
