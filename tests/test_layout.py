@@ -153,3 +153,47 @@ def test_the_circle_check_catches_a_circle():
              "terminals.d": "from . import a"}
     assert circles(import_graph(three)) == [["terminals.a", "terminals.b", "terminals.c"]]
     assert circles(import_graph({"terminals.a": "from . import b", "terminals.b": "import os"})) == []
+
+
+# The README's map of the code
+
+def _map_rows(readme: str) -> dict[str, str]:
+    """The rows of the README's "The code" table: the first cell's folder (or "terminals/" for the core) -> the row."""
+    section = readme.split("\n## The code\n", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        if line.startswith("| `"):
+            first = line.split("|")[1]
+            rows[first.split("`")[1]] = line
+    return rows
+
+
+def unmapped(readme: str, modules: list[str]) -> list[str]:
+    """The modules (paths under terminals/) the map does not name in the row of their folder."""
+    rows = _map_rows(readme)
+    missing = []
+    for module in modules:
+        folder, _, name = module.rpartition("/")
+        row = rows.get(f"terminals/{folder}/" if folder else "terminals/", "")
+        if f"`{name}`" not in row:
+            missing.append(module)
+    return missing
+
+
+def _modules() -> list[str]:
+    return sorted(str(path.relative_to(APP)) for path in APP.rglob("*.py")
+                  if "migrations" not in path.parts and path.name != "__init__.py")
+
+
+def test_the_readme_map_names_every_module():
+    """A newcomer finds every file of terminals/ in the README's map, in the row of its folder."""
+    readme = (APP.parent / "README.md").read_text()
+    assert unmapped(readme, _modules()) == []
+
+
+def test_the_map_check_catches_a_missing_module():
+    readme = (APP.parent / "README.md").read_text()
+    assert unmapped(readme, ["runtime/new_part.py", "new_core.py", "live/consumer.py"]) == [
+        "runtime/new_part.py", "new_core.py"]
+    assert unmapped(readme.replace("`shell.py` (a shell", "`shell` (a shell"), ["runtime/shell.py"]) == [
+        "runtime/shell.py"]
