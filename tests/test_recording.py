@@ -71,6 +71,8 @@ def test_a_recorded_terminal_replays_with_asciinema_to_the_bytes_it_showed(alice
     alice.send(terminal, "seq 1 3 | less")
     alice.wait_output(terminal, lambda text: "(END)" in text, what="less showing its (END) prompt")
     alice.send(terminal, "q", appendNewline=False)
+    # The typed line is a command of the shell's too: the next one waits until the shell has ended it.
+    wait_for(lambda: not alice.get(f"/api/terminals/{terminal}").json()["data"]["busy"], 15, "the shell's prompt")
     alice.command(terminal, "echo back-''from-less")
     alice.send(terminal, "exit 3")
     alice.wait_status(terminal, "exited")
