@@ -1,5 +1,6 @@
 """The split deployment when a worker goes away: fast 503s, lost terminals, and a new worker taking over."""
 
+import contextlib
 import os
 import signal
 import sys
@@ -418,8 +419,8 @@ def _skewed_worker(server, **env: str) -> ServiceProcess:
 
 
 @pytest.fixture
-def postgres():
-    """A throwaway PostgreSQL cluster (scripts/postgres.sh): its clock is the one every host shares."""
+def postgres_cluster():
+    """A throwaway PostgreSQL cluster (scripts/postgres.sh): its directory and its DATABASE_URL."""
     import subprocess
 
     from .servers import ROOT
@@ -427,8 +428,23 @@ def postgres():
     started = subprocess.run(["bash", "scripts/postgres.sh", "start"], cwd=ROOT, capture_output=True, text=True,
                              check=True, timeout=120)
     directory, url = started.stdout.split()
-    yield url
+    yield directory, url
     subprocess.run(["bash", "scripts/postgres.sh", "stop", directory], cwd=ROOT, check=False, timeout=120)
+
+
+@pytest.fixture
+def postgres(postgres_cluster):
+    """A throwaway PostgreSQL cluster's DATABASE_URL: its clock is the one every host shares."""
+    return postgres_cluster[1]
+
+
+def _postgres(command: str, directory: str) -> None:
+    """Stops (down) or starts (up) the cluster, on the same port and data: an outage as a restart makes one."""
+    import subprocess
+
+    from .servers import ROOT
+
+    subprocess.run(["bash", "scripts/postgres.sh", command, directory], cwd=ROOT, check=True, timeout=120)
 
 
 def test_a_worker_whose_clock_runs_behind_stays_alive_and_keeps_its_terminals(postgres, tmp_path):
@@ -586,3 +602,128 @@ def test_a_new_worker_empties_a_killed_workers_cgroups(orm, keys):
         api.cleanup()
     finally:
         server.stop()
+
+
+# A database outage: every heartbeat stops at once, and nobody is lost
+
+
+# Three silent heartbeat intervals make a worker gone. Twelve seconds at a 1 s interval is twelve intervals, as a
+# 60 s restart is at the default 5 s: either way every heartbeat is four times the threshold old when the database
+# returns, which is what made every worker look dead. Nothing else in the outage scales with its wall time (a
+# stopped PostgreSQL refuses connections at once). Not shorter intervals: a beat's own round trips after the restart
+# (new connections) take a good part of 300 ms on a busy machine, long enough to hide the bug by luck.
+OUTAGE_SECONDS = 12.0
+OUTAGE_HEARTBEAT_MS = 1000
+COUNTER = "i=0; while :; do printf 'n%d\\n' $i; i=$((i+1)); sleep 0.1; done"
+
+
+def _counted(text: str) -> list[int]:
+    import re
+
+    return [int(number) for number in re.findall(r"n(\d+)\r?\n", text)]
+
+
+def _worker_ids(server) -> list[str]:
+    return [process.log().split("terminal worker ", 1)[1].split()[0]
+            for process in server.processes if "terminal worker " in process.log()]
+
+
+def test_a_database_outage_ends_no_terminal_and_loses_no_output(postgres_cluster, tmp_path):
+    """PostgreSQL stopped for 12 heartbeat intervals (60 s at the default) under three workers, two with a terminal
+    printing a counter every 0.1 s, one of them followed over a WebSocket: when it is back, and for six intervals
+    more, both terminals are active with the same pid, nothing was marked lost, every number printed meanwhile is in
+    the output, in order, and the WebSocket got them all, with no exit and no close."""
+    import asyncio
+
+    import psycopg
+    import websockets
+
+    from .own_database import create_key
+    from .test_live import Live
+
+    directory, url = postgres_cluster
+    database = {"DATABASE_URL": url, "TERMINALS_DATA_DIR": str(tmp_path)}
+    # A third worker, idle: before the fix, whichever worker beat first after the outage marked the others'
+    # terminals lost unless they beat within a few milliseconds of it; with three, that luck is rare.
+    server = start_split(webs=1, workers=3, TERMINALS_HEARTBEAT_INTERVAL_MS=str(OUTAGE_HEARTBEAT_MS), **database,
+                         **NO_CGROUPS)
+    try:
+        _, key = create_key(database, "alice")
+        api = Api(server.url, key)
+        printing, followed = (_create_on(api, worker_id, command="/bin/bash", args=["-c", COUNTER])
+                              for worker_id in _worker_ids(server)[:2])
+
+        async def scenario(live: Live) -> None:
+            await live.until(lambda live: len(_counted(live.text)) >= 5, "the first numbers")
+
+            async def follow():
+                with contextlib.suppress(websockets.ConnectionClosed):
+                    while True:
+                        await live.frame(timeout=3600)
+
+            reading = asyncio.ensure_future(follow())
+            # The outage itself, no request meanwhile: the fault's length is the point, so a plain sleep.
+            await asyncio.to_thread(_postgres, "down", directory)
+            await asyncio.sleep(OUTAGE_SECONDS)
+            await asyncio.to_thread(_postgres, "up", directory)
+            await asyncio.to_thread(_heartbeat_intervals_pass, url, 6)
+            last = _counted(live.text)[-1]
+            try:
+                await asyncio.wait_for(_until(lambda: _counted(live.text)[-1] >= last + 10), 30)
+            except TimeoutError:
+                raise AssertionError(f"the followed terminal stopped printing at {last}: {live.frames[-3:]}") from None
+            finally:
+                reading.cancel()
+
+        live = asyncio.run(_opened(server.url, followed["terminalId"], key, scenario))
+        assert live.close_code is None and not [frame for frame in live.frames if frame["type"] in ("exit", "error")]
+        streamed = _counted(live.text)
+        assert streamed == list(range(streamed[-1] + 1)), "the WebSocket missed numbers"
+        assert streamed[-1] >= (OUTAGE_SECONDS + 2) / 0.1 * 0.5  # it ran through the outage
+
+        for terminal in (printing, followed):
+            record = api.get(f"/api/terminals/{terminal['terminalId']}").json()["data"]
+            assert (record["status"], record["pid"]) == ("active", terminal["pid"]), record
+            os.kill(terminal["pid"], 0)  # still running
+            numbers = _counted(api.full_output(terminal["terminalId"]))
+            assert numbers == list(range(numbers[-1] + 1)), "numbers missing from the output"
+        with psycopg.connect(url, autocommit=True) as connection:
+            lost = connection.execute("SELECT count(*) FROM terminals_auditevent WHERE action = 'lost'").fetchone()[0]
+        assert lost == 0
+        api.cleanup()
+    finally:
+        server.stop()
+
+
+async def _opened(url: str, terminal: str, key: str, scenario):
+    from .test_live import Live
+
+    live = await Live.open(url, terminal, key)
+    await scenario(live)
+    return live
+
+
+async def _until(condition) -> None:
+    import asyncio
+
+    while not condition():
+        await asyncio.sleep(0.05)
+
+
+def _heartbeat_intervals_pass(url: str, intervals: int) -> None:
+    """Waits (connecting until the database answers) until that many heartbeat intervals passed by its clock."""
+    import psycopg
+
+    def connected():
+        try:
+            return psycopg.connect(url, autocommit=True)
+        except psycopg.OperationalError:
+            return None
+
+    with wait_for(connected, 30, "PostgreSQL to answer") as connection:
+        def seconds() -> float:
+            return float(connection.execute("SELECT extract(epoch FROM clock_timestamp())").fetchone()[0])
+
+        start = seconds()
+        wait_for(lambda: seconds() - start >= intervals * OUTAGE_HEARTBEAT_MS / 1000, 30,
+                 f"{intervals} heartbeat intervals")
