@@ -505,31 +505,64 @@ def test_an_sse_follow_ends_with_an_error_event_when_its_worker_stops_beating(lo
     assert error["code"] == "WORKER_UNAVAILABLE" and "Last-Event-ID" in error["message"], error
 
 
-def test_a_worker_judged_gone_while_frozen_ends_its_lost_terminals_when_it_resumes(orm, keys):
+def test_a_worker_judged_gone_while_frozen_takes_its_terminals_back_when_it_resumes(orm, keys):
     """A worker frozen (SIGSTOP) for longer than three heartbeats is judged gone and its terminal marked lost by
-    the other worker; when it resumes it must not keep running what is on record as ended: at its next beat it kills
-    the terminal's processes, and the record stays lost (no exit is recorded over it)."""
+    the other worker; it was only out of sight, so when it resumes it re-registers at its next beat and takes the
+    terminal back: active again with the same pid and its shell, a `lost` and a `readopt` audit row, no exit, and
+    /api/health shows the worker alive again."""
     from terminals.models import AuditEvent, Worker
 
     server = start_split(webs=1, workers=2, TERMINALS_HEARTBEAT_INTERVAL_MS="300", **NO_CGROUPS)
     try:
         api = Api(server.url, keys["alice"])
         terminal = api.create(shell="/bin/bash")
-        host = api.get(f"/api/terminals/{terminal['terminalId']}").json()["data"]["worker"]
+        terminal_id = terminal["terminalId"]
+        host = api.get(f"/api/terminals/{terminal_id}").json()["data"]["worker"]
         frozen = _process_of(server, host)
-        # Relabelled as another host's (hostname and process space), so the other worker cannot end the processes
-        # itself: only their own can.
+        # Relabelled as another host's (hostname and process space), so the other worker cannot see its process:
+        # only its silence counts.
         Worker.objects.filter(pk=host).update(hostname="elsewhere.invalid", process_space="elsewhere")
         frozen.process.send_signal(signal.SIGSTOP)
         try:
-            api.wait_status(terminal["terminalId"], "lost", timeout=15)
+            api.wait_status(terminal_id, "lost", timeout=15)
+            assert not _health_of(api, host)["alive"]
         finally:
             frozen.process.send_signal(signal.SIGCONT)
-        wait_for(lambda: session_members(terminal["pid"]) == [], 30, "the lost terminal's shell to be ended")
-        assert api.get(f"/api/terminals/{terminal['terminalId']}").json()["data"]["status"] == "lost"
-        assert not AuditEvent.objects.filter(terminal_id=terminal["terminalId"], action="exit").exists()
-        assert "was marked lost while this worker still ran it" in frozen.log()
-        assert api.run(api.create(shell="/bin/bash")["terminalId"], "echo alive") == "alive"
+        record = api.wait_status(terminal_id, "active", timeout=15)
+        assert (record["pid"], record["ended"], record["released"]) == (terminal["pid"], None, None), record
+        assert api.run(terminal_id, "echo back-$((6*7))") == "back-42"
+        actions = list(AuditEvent.objects.filter(terminal_id=terminal_id, action__in=["lost", "readopt", "exit"])
+                       .order_by("id").values_list("action", flat=True))
+        assert actions == ["lost", "readopt"], actions
+        assert "was judged gone" in frozen.log()
+        wait_for(lambda: _health_of(api, host)["alive"], 10, "the worker to show alive again")
+        assert _health_of(api, host)["lost"] is None
+        api.cleanup()
+    finally:
+        server.stop()
+
+
+def _health_of(api: Api, worker_id: str) -> dict:
+    """The worker's entry in /api/health."""
+    workers = api.get("/api/health").json()["data"]["workers"]
+    return next(worker for worker in workers if worker["id"] == worker_id)
+
+
+def test_health_shows_a_killed_worker_dead_as_soon_as_its_terminals_are_lost(orm, keys):
+    """SIGKILL a worker on this host: the survivor marks its terminal lost at its next beat, and from then on
+    /api/health shows that worker `alive: false`, with when it was judged gone, although its last heartbeat is not
+    three intervals old yet (the default 5 s interval: stale only after 15 s)."""
+    server = start_split(webs=1, workers=2, TERMINALS_HEARTBEAT_INTERVAL_MS="5000", **NO_CGROUPS)
+    try:
+        api = Api(server.url, keys["alice"])
+        terminal = api.create(shell="/bin/bash")["terminalId"]
+        host = api.get(f"/api/terminals/{terminal}").json()["data"]["worker"]
+        _process_of(server, host).stop(signal.SIGKILL)
+        api.wait_status(terminal, "lost", timeout=15)
+        entry = _health_of(api, host)
+        assert entry["alive"] is False, entry
+        assert entry["lost"] is not None, entry
+        print(f"\nshown dead with a heartbeat {entry['heartbeatAgeMs']} ms old (stale after 15000 ms)")
         api.cleanup()
     finally:
         server.stop()
@@ -727,3 +760,30 @@ def _heartbeat_intervals_pass(url: str, intervals: int) -> None:
         start = seconds()
         wait_for(lambda: seconds() - start >= intervals * OUTAGE_HEARTBEAT_MS / 1000, 30,
                  f"{intervals} heartbeat intervals")
+
+
+def test_a_worker_on_the_same_host_empties_a_killed_workers_cgroups_when_it_marks_its_terminals_lost(orm, keys):
+    """A process that left its terminal's session and dropped the marker (`env -u`, as `env -i` does) is found only
+    in the terminal's control groups: SIGKILL its worker, and the surviving worker on this host, marking the
+    terminal lost, kills it and removes the dead worker's groups, with no worker starting."""
+    server = start_split(webs=1, workers=2, TERMINALS_HEARTBEAT_INTERVAL_MS=str(HEARTBEAT_MS))
+    try:
+        api = Api(server.url, keys["alice"])
+        terminal = api.create(shell="/bin/bash")["terminalId"]
+        host = api.get(f"/api/terminals/{terminal}").json()["data"]["worker"]
+        escapee = _unmarked_escapee(api, terminal, f"cgroup-escapee-{uuid.uuid4().hex[:8]}")
+        dead = _process_of(server, host)
+        groups = [path for path in CGROUP_ROOT.glob(f"*/terminals-worker-*-{dead.pid}/{terminal}")]
+        assert groups and all(str(escapee) in (group / "cgroup.procs").read_text().split() for group in groups)
+
+        dead.stop(signal.SIGKILL)
+        api.wait_status(terminal, "lost", timeout=HEARTBEAT_MS / 1000 + 10)
+        # In the same beat as the marking: soon, and before a worker starting on this host would (any worker of any
+        # deployment does, and tests running alongside start them).
+        wait_for(lambda: not os.path.exists(f"/proc/{escapee}") or command_line(escapee) == "", 2,
+                 "the escapee to be killed")
+        wait_for(lambda: not list(CGROUP_ROOT.glob(f"*/terminals-worker-*-{dead.pid}")), 2,
+                 "the dead worker's groups removed")
+        api.cleanup()
+    finally:
+        server.stop()
