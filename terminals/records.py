@@ -183,15 +183,22 @@ def _terminal_keys(terminal_ids) -> list[uuid.UUID]:
     return keys
 
 
-def sessions_lost_among(terminal_ids) -> list[str]:
-    """Which of these terminal ids (strings; anything that is not a terminal id is skipped) are lost."""
+def sessions_lost_among(terminal_ids, space: str = "") -> list[str]:
+    """Which of these terminal ids (strings; anything that is not a terminal id is skipped) are lost, leaving out
+    those of a worker whose process still runs in this process space: one frozen while judged gone takes its
+    terminals back when it resumes (worker_beat)."""
     keys = _terminal_keys(terminal_ids)
     lost = []
     for start in range(0, len(keys), 500):  # a host may carry thousands: stay under SQLite's parameter limit
         batch = keys[start : start + 500]
-        lost += [str(key) for key in
-                 TerminalSession.objects.filter(pk__in=batch, status=LOST).values_list("id", flat=True)]
+        rows = (TerminalSession.objects.filter(pk__in=batch, status=LOST).select_related("worker")
+                .only("id", "worker__process_space", "worker__pid"))
+        lost += [str(row.id) for row in rows if not _still_running_here(row.worker, space)]
     return lost
+
+
+def _still_running_here(worker: Worker | None, space: str) -> bool:
+    return worker is not None and bool(space) and worker.process_space == space and process_alive(worker.pid)
 
 
 def terminals_cut_off(terminal_ids) -> dict[str, bool]:

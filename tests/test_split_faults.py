@@ -506,11 +506,12 @@ def test_an_sse_follow_ends_with_an_error_event_when_its_worker_stops_beating(lo
 
 
 def test_a_worker_judged_gone_while_frozen_takes_its_terminals_back_when_it_resumes(orm, keys):
-    """A worker frozen (SIGSTOP) for longer than three heartbeats is judged gone and its terminal marked lost by
-    the other worker; it was only out of sight, so when it resumes it re-registers at its next beat and takes the
-    terminal back: active again with the same pid and its shell, a `lost` and a `readopt` audit row, no exit, and
-    /api/health shows the worker alive again."""
-    from terminals.models import AuditEvent, Worker
+    """A worker on this host frozen (SIGSTOP) for longer than three heartbeats is judged gone and its terminal
+    marked lost by the other worker, which leaves its processes alone (the frozen worker's process still runs), as
+    does a worker starting on this host meanwhile. It was only out of sight, so when it resumes it re-registers at
+    its next beat and takes the terminal back: active again with the same pid and its shell, a `lost` and a
+    `readopt` audit row, no exit, and /api/health shows the worker alive again."""
+    from terminals.models import AuditEvent
 
     server = start_split(webs=1, workers=2, TERMINALS_HEARTBEAT_INTERVAL_MS="300", **NO_CGROUPS)
     try:
@@ -519,13 +520,12 @@ def test_a_worker_judged_gone_while_frozen_takes_its_terminals_back_when_it_resu
         terminal_id = terminal["terminalId"]
         host = api.get(f"/api/terminals/{terminal_id}").json()["data"]["worker"]
         frozen = _process_of(server, host)
-        # Relabelled as another host's (hostname and process space), so the other worker cannot see its process:
-        # only its silence counts.
-        Worker.objects.filter(pk=host).update(hostname="elsewhere.invalid", process_space="elsewhere")
         frozen.process.send_signal(signal.SIGSTOP)
         try:
             api.wait_status(terminal_id, "lost", timeout=15)
             assert not _health_of(api, host)["alive"]
+            start_worker(server, **NO_CGROUPS)  # it ends what lost terminals of dead workers left on this host
+            assert session_members(terminal["pid"]), "the frozen worker's shell was ended"
         finally:
             frozen.process.send_signal(signal.SIGCONT)
         record = api.wait_status(terminal_id, "active", timeout=15)

@@ -919,7 +919,8 @@ class TerminalWorker:
             carried = await asyncio.to_thread(marked_processes, MARKER_VARIABLE)
             if not carried:
                 return 0
-            terminal_ids = await self.database.run(lambda: records.sessions_lost_among(list(carried)))
+            space = self.process_space  # a frozen worker's terminals here are left to it (it takes them back)
+            terminal_ids = await self.database.run(lambda: records.sessions_lost_among(list(carried), space))
         doomed = [terminal_id for terminal_id in terminal_ids if terminal_id not in self.manager]  # never its own
         if not doomed:
             return 0
