@@ -61,7 +61,7 @@ MUTANTS = [
         "throttle-always-allows", "a key over its rate gets 429",
         "terminals/throttling.py",
         '''        try:
-            return super().allow_request(request, view)''',
+            return self._counted(request, view)''',
         '''        try:
             return True''',
         ("tests/test_throttling.py",),
@@ -69,9 +69,9 @@ MUTANTS = [
     Mutant(
         "key-secret-in-log", "no key appears in any log",
         "terminals/auth.py",
-        '''        record = ApiKey.objects.for_key(key)''',
-        '''        __import__("sys").stderr.write(f"authenticating {key}\\n")
-        record = ApiKey.objects.for_key(key)''',
+        '''    record = ApiKey.objects.for_key(key)''',
+        '''    __import__("sys").stderr.write(f"authenticating {key}\\n")
+    record = ApiKey.objects.for_key(key)''',
         ("tests/test_api_auth.py", "tests/test_zz_no_secrets.py"),
     ),
     Mutant(
@@ -83,9 +83,9 @@ MUTANTS = [
     ),
     Mutant(
         "chain-check-passes", "verify_audit reports a changed audit row",
-        "terminals/management/commands/verify_audit.py",
-        '''            if event.compute_hash() != event.hash:''',
-        '''            if False:''',
+        "terminals/audit.py",
+        '''        if event.compute_hash() != event.hash:''',
+        '''        if False:''',
         ("tests/test_audit_chain.py",),
     ),
     Mutant(
@@ -168,7 +168,7 @@ MUTANTS = [
     ),
     Mutant(
         "staff-interactive-attach", "staff attach to another user's terminal only with mode=view",
-        "terminals/live/consumer.py",
+        "terminals/attachments.py",
         '''    find = sessions.session_get_for_viewing if read_only else sessions.session_get_for_typing''',
         '''    find = sessions.session_get_for_viewing if read_only else sessions.session_get_for''',
         ("tests/test_staff_read_only.py::test_staff_attach_to_another_users_terminal_only_to_watch",),
@@ -365,8 +365,8 @@ MUTANTS = [
     Mutant(
         "health-ignores-lost", "/api/health shows a killed worker dead once its terminals are lost",
         "terminals/models.py",
-        '''f"{prefix}lost__isnull": True, ''',
-        '''''',
+        ''', f"{prefix}lost__isnull": True,''',
+        ''',''',
         ("tests/test_split_faults.py::test_health_shows_a_killed_worker_dead_as_soon_as_its_terminals_are_lost",),
     ),
 ]
