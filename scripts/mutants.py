@@ -348,4 +348,25 @@ MUTANTS = [
         "        return 0\n",
         ("tests/test_client_cli.py::test_run_exits_with_the_remote_exit_code",),
     ),
+    Mutant(
+        "lost-by-clock", "a database outage makes no worker lost",
+        "terminals/records.py",
+        '''    live = [*Worker.objects.filter(stopped__isnull=True, lost__isnull=True).values_list("id", flat=True), own_worker_id]''',
+        '''    live = [*Worker.objects.live().values_list("id", flat=True), own_worker_id]''',
+        ("tests/test_split_faults.py::test_a_database_outage_ends_no_terminal_and_loses_no_output",),
+    ),
+    Mutant(
+        "no-readopt", "a worker judged gone while it still ran keeps its terminals",
+        "terminals/records.py",
+        '''        if row.status == LOST and str(row.id) in running and _readopt(row.id, worker_id):''',
+        '''        if False:''',
+        ("tests/test_split_faults.py::test_a_worker_judged_gone_while_frozen_takes_its_terminals_back_when_it_resumes",),
+    ),
+    Mutant(
+        "health-ignores-lost", "/api/health shows a killed worker dead once its terminals are lost",
+        "terminals/models.py",
+        ''', f"{prefix}lost__isnull": True,''',
+        ''',''',
+        ("tests/test_split_faults.py::test_health_shows_a_killed_worker_dead_as_soon_as_its_terminals_are_lost",),
+    ),
 ]
