@@ -104,7 +104,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
 @admin.register(Worker)
 class WorkerAdmin(admin.ModelAdmin):
-    list_display = ("id", "hostname", "pid", "started", "last_seen", "stopped")
+    list_display = ("id", "hostname", "pid", "started", "last_seen", "stopped", "lost")
     readonly_fields = [field.name for field in Worker._meta.fields]
 
     def has_add_permission(self, request):

@@ -125,6 +125,9 @@ class Worker(models.Model):
     started = models.DateTimeField()
     last_seen = models.DateTimeField()
     stopped = models.DateTimeField(null=True, blank=True)
+    # When another worker confirmed it gone (its process gone on that worker's host, or silent over a window in which
+    # that worker could write: worker/liveness.py) and marked its terminals lost. Cleared when it beats again.
+    lost = models.DateTimeField(null=True, blank=True)
 
     objects = WorkerQuerySet.as_manager()
 
@@ -144,8 +147,9 @@ class Worker(models.Model):
 
     @staticmethod
     def live_condition(prefix: str = "") -> models.Q:
-        """Not stopped and beating; prefix ("worker__") applies it to a terminal's worker."""
-        return models.Q(**{f"{prefix}stopped__isnull": True, f"{prefix}last_seen__gte": Worker.stale_before()})
+        """Not stopped, not confirmed gone, and beating; prefix ("worker__") applies it to a terminal's worker."""
+        return models.Q(**{f"{prefix}stopped__isnull": True, f"{prefix}lost__isnull": True,
+                           f"{prefix}last_seen__gte": Worker.stale_before()})
 
     def is_live(self) -> bool:
         return Worker.objects.live().filter(pk=self.pk).exists()

@@ -48,25 +48,38 @@ def worker_alive(worker_id: str) -> None:
 
 class Beat(NamedTuple):
     vanished: list[str]  # hosted terminals whose record was deleted
-    disowned: list[str]  # hosted terminals another worker gave a final state while this one was judged gone
+    disowned: list[str]  # hosted terminals given a final state while this worker was judged gone, not taken back
+    readopted: list[str]  # hosted terminals marked lost while this worker was judged gone, active again
+    revived: bool  # this worker had been judged gone (Worker.lost), and is live again
+    heartbeats: dict[str, datetime]  # the heartbeat of every other worker not stopped or judged gone
 
 
-def worker_beat(worker_id: str, activity: dict[str, float]) -> Beat:
-    """Refreshes the worker's heartbeat and the last activity of its terminals.
+def worker_beat(worker_id: str, activity: dict[str, float], running: frozenset[str] = frozenset()) -> Beat:
+    """Refreshes the worker's heartbeat and the last activity of its terminals (activity: every hosted one;
+    running: those whose process still runs).
 
-    Returns the hosted terminals that have no record any more (deleted under the running terminal), and those
-    another worker gave a final state (lost, or released) while this one was judged gone.
+    A worker judged gone while it was only cut off (from the database, or frozen) re-registers here and takes back
+    its terminals that were marked lost meanwhile and still run: terminals never move to another worker, so
+    nothing else can have taken them over, and ending them would lose what only this worker holds. It returns
+    the hosted terminals that have no record any more (deleted under the running terminal), and those given a
+    final state it cannot take back (released, or lost and no longer running here).
     """
+    revived = bool(Worker.objects.filter(pk=worker_id, lost__isnull=False).update(lost=None))
     Worker.objects.filter(pk=worker_id).update(last_seen=Now())
+    heartbeats = dict(Worker.objects.filter(stopped__isnull=True, lost__isnull=True).exclude(pk=worker_id)
+                      .values_list("id", "last_seen"))
     if not activity:
-        return Beat(vanished=[], disowned=[])
+        return Beat(vanished=[], disowned=[], readopted=[], revived=revived, heartbeats=heartbeats)
     rows = list(TerminalSession.objects.filter(pk__in=list(activity))
                 .only("id", "last_activity", "worker_id", "status", "released"))
     recorded = {str(row.id) for row in rows}
-    changed, disowned = [], []
+    changed, disowned, readopted = [], [], []
     for row in rows:
         if str(row.worker_id) != str(worker_id):
             continue  # its worker was taken away from the record; the record is still there
+        if row.status == LOST and str(row.id) in running and _readopt(row.id, worker_id):
+            readopted.append(str(row.id))
+            continue
         if row.status == LOST or row.released is not None:
             disowned.append(str(row.id))
             continue
@@ -75,7 +88,20 @@ def worker_beat(worker_id: str, activity: dict[str, float]) -> Beat:
             row.last_activity = seen
             changed.append(row)
     TerminalSession.objects.bulk_update(changed, ["last_activity"])
-    return Beat(vanished=[terminal_id for terminal_id in activity if terminal_id not in recorded], disowned=disowned)
+    return Beat(vanished=[terminal_id for terminal_id in activity if terminal_id not in recorded], disowned=disowned,
+                readopted=readopted, revived=revived, heartbeats=heartbeats)
+
+
+def _readopt(terminal_id, worker_id: str) -> bool:
+    """A lost terminal its worker still runs is active again, audited once; only `lost` is undone (it is the
+    only final state another worker gives), and only on this worker's record."""
+    with transaction.atomic():
+        if not TerminalSession.objects.filter(pk=terminal_id, worker_id=worker_id, status=LOST).update(
+                status=Status.ACTIVE, ended=None, released=None):
+            return False
+        audit(SYSTEM, "readopt", terminal_id=terminal_id, reason="it was marked lost while its worker could not "
+              "be seen; the worker still runs it and took it back")
+    return True
 
 
 def vanished_end(terminal_id: str, status: ExitStatus | None) -> None:
@@ -114,29 +140,38 @@ def worker_stop(worker_id: str, statuses: dict[str, ExitStatus | None]) -> None:
     Worker.objects.filter(pk=worker_id).update(stopped=timezone.now())
 
 
-def sessions_mark_lost(space: str, own_worker_id: str = "") -> dict[str, str]:
-    """Gives a final state to every terminal whose worker is gone; returns the host of each one's worker, by id.
+def sessions_mark_lost(space: str, own_worker_id: str = "", silent: dict[str, datetime] | None = None) -> dict[str, bool]:
+    """Judges gone the workers that are, gives a final state to every terminal of a gone worker, and returns
+    those terminals, each with whether the caller may end its processes (its worker's process is known gone).
 
-    A worker is gone when it stopped, when its heartbeat is stale by the database's clock, or at once when it
-    ran on this host and its process no longer runs (a crash and a quick restart; a zombie has stopped running).
+    A worker is gone when it stopped; at once when it ran in this process space and its process no longer runs (a
+    crash and a quick restart; a zombie has stopped running); or when the caller saw its heartbeat unchanged over
+    three heartbeats of its own (silent: worker id to that heartbeat, worker/liveness.py), and it still is. Never
+    because its heartbeat is old by the clock: after a database outage every heartbeat is. A worker judged gone
+    is marked so (Worker.lost: /api/health shows it dead) until it beats again.
     Its active terminals become lost; its ended ones whose output it still held (exited or killed, not
     released) are released and keep their status and exit code: that output was in the dead worker's memory.
     Either way every request for them then answers like any ended terminal (409 TERMINAL_INACTIVE), instead of
-    waiting forever for a worker that will not come back.
-    The process spaces tell the caller which terminals may have left processes it can see (and end).
-    A worker never marks its own terminals lost, however late its own heartbeat
-    (its database writes queue behind each other under load).
+    waiting forever for a worker that will not come back. A worker that was only silent takes its terminals back
+    when it beats again (worker_beat), so their processes are left alone.
+    A worker never marks its own terminals lost, however late its own heartbeat.
     """
-    live = [worker.id for worker in Worker.objects.live() if not _process_gone(worker, space)]
-    if own_worker_id:
-        live.append(own_worker_id)
+    candidates = Worker.objects.filter(stopped__isnull=True, lost__isnull=True).exclude(pk=own_worker_id)
+    for worker in candidates:
+        if _process_gone(worker, space):
+            Worker.objects.filter(pk=worker.pk, lost__isnull=True).update(lost=Now())
+    for worker_id, heartbeat in (silent or {}).items():
+        # Unless it beat since: then it is not silent. (Not equality: SQLite writes Now() in milliseconds, and
+        # compares the microseconds of the value read back as text.)
+        candidates.filter(pk=worker_id, last_seen__lte=heartbeat).update(lost=Now())
+    live = [*Worker.objects.filter(stopped__isnull=True, lost__isnull=True).values_list("id", flat=True), own_worker_id]
     orphans = list(
-        TerminalSession.objects.filter(released__isnull=True).exclude(worker_id__in=live)
-        .values_list("id", "status", "worker__process_space")
+        TerminalSession.objects.filter(released__isnull=True).exclude(worker_id__in=live).select_related("worker")
+        .only("id", "status", "worker__process_space", "worker__pid")
     )
-    for session_id, status, _ in orphans:
-        _end_orphan(session_id, status)
-    return {str(session_id): host or "" for session_id, _, host in orphans}
+    for orphan in orphans:
+        _end_orphan(orphan.id, orphan.status)
+    return {str(orphan.id): orphan.worker is not None and _process_gone(orphan.worker, space) for orphan in orphans}
 
 
 def _end_orphan(session_id, status: str) -> None:
@@ -161,15 +196,22 @@ def _terminal_keys(terminal_ids) -> list[uuid.UUID]:
     return keys
 
 
-def sessions_lost_among(terminal_ids) -> list[str]:
-    """Which of these terminal ids (strings; anything that is not a terminal id is skipped) are lost."""
+def sessions_lost_among(terminal_ids, space: str = "") -> list[str]:
+    """Which of these terminal ids (strings; anything that is not a terminal id is skipped) are lost, leaving out
+    those of a worker whose process still runs in this process space: one frozen while judged gone takes its
+    terminals back when it resumes (worker_beat)."""
     keys = _terminal_keys(terminal_ids)
     lost = []
     for start in range(0, len(keys), 500):  # a host may carry thousands: stay under SQLite's parameter limit
         batch = keys[start : start + 500]
-        lost += [str(key) for key in
-                 TerminalSession.objects.filter(pk__in=batch, status=LOST).values_list("id", flat=True)]
+        rows = (TerminalSession.objects.filter(pk__in=batch, status=LOST).select_related("worker")
+                .only("id", "worker__process_space", "worker__pid"))
+        lost += [str(row.id) for row in rows if not _still_running_here(row.worker, space)]
     return lost
+
+
+def _still_running_here(worker: Worker | None, space: str) -> bool:
+    return worker is not None and bool(space) and worker.process_space == space and process_alive(worker.pid)
 
 
 def terminals_cut_off(terminal_ids) -> dict[str, bool]:

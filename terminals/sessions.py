@@ -789,7 +789,8 @@ def readiness() -> dict:
 
 def workers_report() -> list[dict]:
     """Every worker that has not stopped (and those stopped in the last hour): its host, pid, heartbeat age,
-    whether it is alive, and how many active terminals it holds."""
+    whether it is alive (beating, and not judged gone by another worker: a killed one is dead as soon as its
+    terminals are marked lost), since when it is judged gone, and how many active terminals it holds."""
     now = timezone.now()
     recent = Q(stopped__isnull=True) | Q(stopped__gte=now - timedelta(hours=1))
     live = set(Worker.objects.live().values_list("id", flat=True))
@@ -798,7 +799,8 @@ def workers_report() -> list[dict]:
             .order_by("hostname", "started"))
     return [{"id": worker.id, "hostname": worker.hostname, "pid": worker.pid, "alive": worker.id in live,
              "heartbeatAgeMs": max(0, round((now - worker.last_seen).total_seconds() * 1000)),
-             "stopped": worker.stopped.isoformat() if worker.stopped else None, "activeTerminals": worker.active_terminals}
+             "stopped": worker.stopped.isoformat() if worker.stopped else None,
+             "lost": worker.lost.isoformat() if worker.lost else None, "activeTerminals": worker.active_terminals}
             for worker in rows]
 
 

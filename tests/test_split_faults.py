@@ -1,5 +1,6 @@
 """The split deployment when a worker goes away: fast 503s, lost terminals, and a new worker taking over."""
 
+import contextlib
 import os
 import signal
 import sys
@@ -418,8 +419,8 @@ def _skewed_worker(server, **env: str) -> ServiceProcess:
 
 
 @pytest.fixture
-def postgres():
-    """A throwaway PostgreSQL cluster (scripts/postgres.sh): its clock is the one every host shares."""
+def postgres_cluster():
+    """A throwaway PostgreSQL cluster (scripts/postgres.sh): its directory and its DATABASE_URL."""
     import subprocess
 
     from .servers import ROOT
@@ -427,8 +428,23 @@ def postgres():
     started = subprocess.run(["bash", "scripts/postgres.sh", "start"], cwd=ROOT, capture_output=True, text=True,
                              check=True, timeout=120)
     directory, url = started.stdout.split()
-    yield url
+    yield directory, url
     subprocess.run(["bash", "scripts/postgres.sh", "stop", directory], cwd=ROOT, check=False, timeout=120)
+
+
+@pytest.fixture
+def postgres(postgres_cluster):
+    """A throwaway PostgreSQL cluster's DATABASE_URL: its clock is the one every host shares."""
+    return postgres_cluster[1]
+
+
+def _postgres(command: str, directory: str) -> None:
+    """Stops (down) or starts (up) the cluster, on the same port and data: an outage as a restart makes one."""
+    import subprocess
+
+    from .servers import ROOT
+
+    subprocess.run(["bash", "scripts/postgres.sh", command, directory], cwd=ROOT, check=True, timeout=120)
 
 
 def test_a_worker_whose_clock_runs_behind_stays_alive_and_keeps_its_terminals(postgres, tmp_path):
@@ -489,31 +505,64 @@ def test_an_sse_follow_ends_with_an_error_event_when_its_worker_stops_beating(lo
     assert error["code"] == "WORKER_UNAVAILABLE" and "Last-Event-ID" in error["message"], error
 
 
-def test_a_worker_judged_gone_while_frozen_ends_its_lost_terminals_when_it_resumes(orm, keys):
-    """A worker frozen (SIGSTOP) for longer than three heartbeats is judged gone and its terminal marked lost by
-    the other worker; when it resumes it must not keep running what is on record as ended: at its next beat it kills
-    the terminal's processes, and the record stays lost (no exit is recorded over it)."""
-    from terminals.models import AuditEvent, Worker
+def test_a_worker_judged_gone_while_frozen_takes_its_terminals_back_when_it_resumes(orm, keys):
+    """A worker on this host frozen (SIGSTOP) for longer than three heartbeats is judged gone and its terminal
+    marked lost by the other worker, which leaves its processes alone (the frozen worker's process still runs), as
+    does a worker starting on this host meanwhile. It was only out of sight, so when it resumes it re-registers at
+    its next beat and takes the terminal back: active again with the same pid and its shell, a `lost` and a
+    `readopt` audit row, no exit, and /api/health shows the worker alive again."""
+    from terminals.models import AuditEvent
 
     server = start_split(webs=1, workers=2, TERMINALS_HEARTBEAT_INTERVAL_MS="300", **NO_CGROUPS)
     try:
         api = Api(server.url, keys["alice"])
         terminal = api.create(shell="/bin/bash")
-        host = api.get(f"/api/terminals/{terminal['terminalId']}").json()["data"]["worker"]
+        terminal_id = terminal["terminalId"]
+        host = api.get(f"/api/terminals/{terminal_id}").json()["data"]["worker"]
         frozen = _process_of(server, host)
-        # Relabelled as another host's (hostname and process space), so the other worker cannot end the processes
-        # itself: only their own can.
-        Worker.objects.filter(pk=host).update(hostname="elsewhere.invalid", process_space="elsewhere")
         frozen.process.send_signal(signal.SIGSTOP)
         try:
-            api.wait_status(terminal["terminalId"], "lost", timeout=15)
+            api.wait_status(terminal_id, "lost", timeout=15)
+            assert not _health_of(api, host)["alive"]
+            start_worker(server, **NO_CGROUPS)  # it ends what lost terminals of dead workers left on this host
+            assert session_members(terminal["pid"]), "the frozen worker's shell was ended"
         finally:
             frozen.process.send_signal(signal.SIGCONT)
-        wait_for(lambda: session_members(terminal["pid"]) == [], 30, "the lost terminal's shell to be ended")
-        assert api.get(f"/api/terminals/{terminal['terminalId']}").json()["data"]["status"] == "lost"
-        assert not AuditEvent.objects.filter(terminal_id=terminal["terminalId"], action="exit").exists()
-        assert "was marked lost while this worker still ran it" in frozen.log()
-        assert api.run(api.create(shell="/bin/bash")["terminalId"], "echo alive") == "alive"
+        record = api.wait_status(terminal_id, "active", timeout=15)
+        assert (record["pid"], record["ended"], record["released"]) == (terminal["pid"], None, None), record
+        assert api.run(terminal_id, "echo back-$((6*7))") == "back-42"
+        actions = list(AuditEvent.objects.filter(terminal_id=terminal_id, action__in=["lost", "readopt", "exit"])
+                       .order_by("id").values_list("action", flat=True))
+        assert actions == ["lost", "readopt"], actions
+        assert "was judged gone" in frozen.log()
+        wait_for(lambda: _health_of(api, host)["alive"], 10, "the worker to show alive again")
+        assert _health_of(api, host)["lost"] is None
+        api.cleanup()
+    finally:
+        server.stop()
+
+
+def _health_of(api: Api, worker_id: str) -> dict:
+    """The worker's entry in /api/health."""
+    workers = api.get("/api/health").json()["data"]["workers"]
+    return next(worker for worker in workers if worker["id"] == worker_id)
+
+
+def test_health_shows_a_killed_worker_dead_as_soon_as_its_terminals_are_lost(orm, keys):
+    """SIGKILL a worker on this host: the survivor marks its terminal lost at its next beat, and from then on
+    /api/health shows that worker `alive: false`, with when it was judged gone, although its last heartbeat is not
+    three intervals old yet (the default 5 s interval: stale only after 15 s)."""
+    server = start_split(webs=1, workers=2, TERMINALS_HEARTBEAT_INTERVAL_MS="5000", **NO_CGROUPS)
+    try:
+        api = Api(server.url, keys["alice"])
+        terminal = api.create(shell="/bin/bash")["terminalId"]
+        host = api.get(f"/api/terminals/{terminal}").json()["data"]["worker"]
+        _process_of(server, host).stop(signal.SIGKILL)
+        api.wait_status(terminal, "lost", timeout=15)
+        entry = _health_of(api, host)
+        assert entry["alive"] is False, entry
+        assert entry["lost"] is not None, entry
+        print(f"\nshown dead with a heartbeat {entry['heartbeatAgeMs']} ms old (stale after 15000 ms)")
         api.cleanup()
     finally:
         server.stop()
@@ -582,6 +631,158 @@ def test_a_new_worker_empties_a_killed_workers_cgroups(orm, keys):
         wait_for(lambda: not os.path.exists(f"/proc/{escapee}") or command_line(escapee) == "", 10,
                  "the escapee to be killed")
         wait_for(lambda: not list(CGROUP_ROOT.glob(f"*/terminals-worker-*-{dead.pid}")), 10,
+                 "the dead worker's groups removed")
+        api.cleanup()
+    finally:
+        server.stop()
+
+
+# A database outage: every heartbeat stops at once, and nobody is lost
+
+
+# Three silent heartbeat intervals make a worker gone. Twelve seconds at a 1 s interval is twelve intervals, as a
+# 60 s restart is at the default 5 s: either way every heartbeat is four times the threshold old when the database
+# returns, which is what made every worker look dead. Nothing else in the outage scales with its wall time (a
+# stopped PostgreSQL refuses connections at once). Not shorter intervals: a beat's own round trips after the restart
+# (new connections) take a good part of 300 ms on a busy machine, long enough to hide the bug by luck.
+OUTAGE_SECONDS = 12.0
+OUTAGE_HEARTBEAT_MS = 1000
+COUNTER = "i=0; while :; do printf 'n%d\\n' $i; i=$((i+1)); sleep 0.1; done"
+
+
+def _counted(text: str) -> list[int]:
+    import re
+
+    return [int(number) for number in re.findall(r"n(\d+)\r?\n", text)]
+
+
+def _worker_ids(server) -> list[str]:
+    return [process.log().split("terminal worker ", 1)[1].split()[0]
+            for process in server.processes if "terminal worker " in process.log()]
+
+
+def test_a_database_outage_ends_no_terminal_and_loses_no_output(postgres_cluster, tmp_path):
+    """PostgreSQL stopped for 12 heartbeat intervals (60 s at the default) under three workers, two with a terminal
+    printing a counter every 0.1 s, one of them followed over a WebSocket: when it is back, and for six intervals
+    more, both terminals are active with the same pid, nothing was marked lost, every number printed meanwhile is in
+    the output, in order, and the WebSocket got them all, with no exit and no close."""
+    import asyncio
+
+    import psycopg
+    import websockets
+
+    from .own_database import create_key
+    from .test_live import Live
+
+    directory, url = postgres_cluster
+    database = {"DATABASE_URL": url, "TERMINALS_DATA_DIR": str(tmp_path)}
+    # A third worker, idle: before the fix, whichever worker beat first after the outage marked the others'
+    # terminals lost unless they beat within a few milliseconds of it; with three, that luck is rare.
+    server = start_split(webs=1, workers=3, TERMINALS_HEARTBEAT_INTERVAL_MS=str(OUTAGE_HEARTBEAT_MS), **database,
+                         **NO_CGROUPS)
+    try:
+        _, key = create_key(database, "alice")
+        api = Api(server.url, key)
+        printing, followed = (_create_on(api, worker_id, command="/bin/bash", args=["-c", COUNTER])
+                              for worker_id in _worker_ids(server)[:2])
+
+        async def scenario(live: Live) -> None:
+            await live.until(lambda live: len(_counted(live.text)) >= 5, "the first numbers")
+
+            async def follow():
+                with contextlib.suppress(websockets.ConnectionClosed):
+                    while True:
+                        await live.frame(timeout=3600)
+
+            reading = asyncio.ensure_future(follow())
+            # The outage itself, no request meanwhile: the fault's length is the point, so a plain sleep.
+            await asyncio.to_thread(_postgres, "halt", directory)
+            await asyncio.sleep(OUTAGE_SECONDS)
+            await asyncio.to_thread(_postgres, "resume", directory)
+            await asyncio.to_thread(_heartbeat_intervals_pass, url, 6)
+            last = _counted(live.text)[-1]
+            try:
+                await asyncio.wait_for(_until(lambda: _counted(live.text)[-1] >= last + 10), 30)
+            except TimeoutError:
+                raise AssertionError(f"the followed terminal stopped printing at {last}: {live.frames[-3:]}") from None
+            finally:
+                reading.cancel()
+
+        live = asyncio.run(_opened(server.url, followed["terminalId"], key, scenario))
+        assert live.close_code is None and not [frame for frame in live.frames if frame["type"] in ("exit", "error")]
+        streamed = _counted(live.text)
+        assert streamed == list(range(streamed[-1] + 1)), "the WebSocket missed numbers"
+        assert streamed[-1] >= (OUTAGE_SECONDS + 2) / 0.1 * 0.5  # it ran through the outage
+
+        for terminal in (printing, followed):
+            record = api.get(f"/api/terminals/{terminal['terminalId']}").json()["data"]
+            assert (record["status"], record["pid"]) == ("active", terminal["pid"]), record
+            os.kill(terminal["pid"], 0)  # still running
+            numbers = _counted(api.full_output(terminal["terminalId"]))
+            assert numbers == list(range(numbers[-1] + 1)), "numbers missing from the output"
+        with psycopg.connect(url, autocommit=True) as connection:
+            lost = connection.execute("SELECT count(*) FROM terminals_auditevent WHERE action = 'lost'").fetchone()[0]
+        assert lost == 0
+        api.cleanup()
+    finally:
+        server.stop()
+
+
+async def _opened(url: str, terminal: str, key: str, scenario):
+    from .test_live import Live
+
+    live = await Live.open(url, terminal, key)
+    await scenario(live)
+    return live
+
+
+async def _until(condition) -> None:
+    import asyncio
+
+    while not condition():
+        await asyncio.sleep(0.05)
+
+
+def _heartbeat_intervals_pass(url: str, intervals: int) -> None:
+    """Waits (connecting until the database answers) until that many heartbeat intervals passed by its clock."""
+    import psycopg
+
+    def connected():
+        try:
+            return psycopg.connect(url, autocommit=True)
+        except psycopg.OperationalError:
+            return None
+
+    with wait_for(connected, 30, "PostgreSQL to answer") as connection:
+        def seconds() -> float:
+            return float(connection.execute("SELECT extract(epoch FROM clock_timestamp())").fetchone()[0])
+
+        start = seconds()
+        wait_for(lambda: seconds() - start >= intervals * OUTAGE_HEARTBEAT_MS / 1000, 30,
+                 f"{intervals} heartbeat intervals")
+
+
+def test_a_worker_on_the_same_host_empties_a_killed_workers_cgroups_when_it_marks_its_terminals_lost(orm, keys):
+    """A process that left its terminal's session and dropped the marker (`env -u`, as `env -i` does) is found only
+    in the terminal's control groups: SIGKILL its worker, and the surviving worker on this host, marking the
+    terminal lost, kills it and removes the dead worker's groups, with no worker starting."""
+    server = start_split(webs=1, workers=2, TERMINALS_HEARTBEAT_INTERVAL_MS=str(HEARTBEAT_MS))
+    try:
+        api = Api(server.url, keys["alice"])
+        terminal = api.create(shell="/bin/bash")["terminalId"]
+        host = api.get(f"/api/terminals/{terminal}").json()["data"]["worker"]
+        escapee = _unmarked_escapee(api, terminal, f"cgroup-escapee-{uuid.uuid4().hex[:8]}")
+        dead = _process_of(server, host)
+        groups = [path for path in CGROUP_ROOT.glob(f"*/terminals-worker-*-{dead.pid}/{terminal}")]
+        assert groups and all(str(escapee) in (group / "cgroup.procs").read_text().split() for group in groups)
+
+        dead.stop(signal.SIGKILL)
+        api.wait_status(terminal, "lost", timeout=HEARTBEAT_MS / 1000 + 10)
+        # In the same beat as the marking: soon, and before a worker starting on this host would (any worker of any
+        # deployment does, and tests running alongside start them).
+        wait_for(lambda: not os.path.exists(f"/proc/{escapee}") or command_line(escapee) == "", 2,
+                 "the escapee to be killed")
+        wait_for(lambda: not list(CGROUP_ROOT.glob(f"*/terminals-worker-*-{dead.pid}")), 2,
                  "the dead worker's groups removed")
         api.cleanup()
     finally:

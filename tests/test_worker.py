@@ -87,8 +87,10 @@ def test_sweep_ends_idle_terminals_and_marks_them_timed_out(orm):
     assert TerminalSession.objects.get(pk=busy_id).status == TerminalSession.Status.KILLED
 
 
-def test_start_marks_terminals_of_departed_workers_lost(orm):
-    """A worker that starts marks lost the active terminals whose worker stopped beating."""
+def test_a_worker_marks_lost_the_terminals_of_one_silent_over_three_of_its_own_beats_and_not_at_its_start(orm):
+    """A worker marks lost the active terminals of a worker whose heartbeat stayed the same over three of its own
+    beats, however old that heartbeat is by the clock: not at its start, when it has seen nothing (after a database
+    outage every heartbeat is an hour old too), nor before the third beat."""
     owner, _ = make_key()
     from django.utils import timezone
 
@@ -96,15 +98,27 @@ def test_start_marks_terminals_of_departed_workers_lost(orm):
     gone = Worker.objects.create(id="gone" + os.urandom(4).hex(), channel="x", hostname="h", pid=1, started=long_ago, last_seen=long_ago)
     orphan = TerminalSession.objects.create(owner=owner, shell="/bin/sh", cwd="/", worker=gone, pid=None)
 
-    async def nothing(worker):
-        """Starting is the step under test; the body does nothing."""
+    async def body(worker):
+        statuses = [await asyncio.to_thread(_status_of, orphan.id)]
+        for _ in range(4):  # the first beat sees the heartbeat, the next three see it unchanged
+            await worker.beat()
+            statuses.append(await asyncio.to_thread(_status_of, orphan.id))
+        return statuses
 
-    run(with_worker(nothing))
-
+    assert run(with_worker(body)) == ["active"] * 4 + ["lost"]
     orphan.refresh_from_db()
-    assert orphan.status == TerminalSession.Status.LOST
     assert orphan.ended is not None
     assert AuditEvent.objects.filter(terminal_id=orphan.id, action="lost").exists() is True
+    assert Worker.objects.get(pk=gone.pk).lost is not None
+
+
+def _status_of(terminal_id) -> str:
+    from django.db import connection
+
+    try:
+        return TerminalSession.objects.get(pk=terminal_id).status
+    finally:
+        connection.close()
 
 
 def test_worker_answers_unknown_requests_with_an_error_and_drops_expired_ones(orm):

@@ -40,6 +40,7 @@ from ..runtime.pty import MARKER_VARIABLE, ExitStatus, PtySession, SpawnSpec, ch
 from ..runtime.shell import ShellSession, TerminalBusy
 from ..runtime.signals import kill_marked
 from . import leases, protocol
+from .liveness import Silence
 from .recordings import RecordingKeeper, read_chunk
 from .shapes import bytes_data, command_data, command_summary, exit_status_data, info_data, line_read_data, stats_data
 from .streaming import OutputFanout
@@ -354,6 +355,7 @@ class TerminalWorker:
         self._tasks: set[asyncio.Task] = set()
         self._shutting_down = False
         self._ending_vanished: set[str] = set()  # terminals whose record was deleted, being ended
+        self.silence = Silence()  # the other workers' heartbeats, as seen at this one's beats
         self._creating = 0  # creations taken and not yet hosted: their places are spoken for
         self._leases_checked = 0.0  # when expire_leases last ran (or the worker started), by the loop's clock
         self._handlers: dict[str, Callable[[dict], Awaitable[dict]]] = {
@@ -866,14 +868,23 @@ class TerminalWorker:
     async def beat(self) -> None:
         # The liveness signal does not queue behind the audit writes: under load they can lag for
         # seconds, and a late heartbeat makes the web processes give up on this worker.
-        await asyncio.to_thread(records.worker_alive, self.id)
         activity = {session_id: session.last_activity for session_id, session in self.manager.items()}
-        beat = await self.database.run(lambda: records.worker_beat(self.id, activity))
+        running = frozenset(session_id for session_id, session in self.manager.items() if session.is_alive)
+        try:
+            await asyncio.to_thread(records.worker_alive, self.id)
+            beat = await self.database.run(lambda: records.worker_beat(self.id, activity, running))
+        except Exception:
+            self.silence.interrupted()  # the database did not take this beat: nobody is judged across the gap
+            raise
+        if beat.revived or beat.readopted:
+            logger.error("this worker was judged gone (its heartbeats could not be seen) and beats again; it took "
+                         "back %d of its terminals marked lost meanwhile", len(beat.readopted))
         await self.end_disowned(beat.disowned)
         for session_id in beat.vanished:
             if session_id in self.manager and session_id not in self._ending_vanished:
                 self._ending_vanished.add(session_id)
                 self._spawn(self.end_vanished(session_id))
+        self.silence.observe(beat.heartbeats)
         await self.mark_lost()
 
     async def end_vanished(self, session_id: str) -> None:
@@ -890,14 +901,14 @@ class TerminalWorker:
             self._ending_vanished.discard(session_id)
 
     async def end_disowned(self, terminal_ids: list[str]) -> None:
-        """Ends the terminals another worker gave a final state while this one was judged gone (its heartbeat
-        stopped for three intervals: a stall, a frozen host): on record they ended, and nobody can reach them, so
-        nothing of theirs may keep running here."""
+        """Ends the terminals given a final state while this worker was judged gone that it could not take back
+        (released; or lost and ended here meanwhile): on record they ended, and nobody can reach them, so nothing of
+        theirs may keep running here."""
         for terminal_id in terminal_ids:
             if terminal_id not in self.manager:
                 continue  # released here meanwhile
-            logger.error("terminal %s was marked lost while this worker still ran it (its heartbeats stopped); "
-                         "ending it", terminal_id)
+            logger.error("terminal %s was given a final state while this worker was judged gone; ending it",
+                         terminal_id)
             try:
                 await self.manager.terminate(terminal_id, signal.SIGKILL, grace=0)
             except TerminalError as error:
@@ -906,13 +917,26 @@ class TerminalWorker:
 
     async def mark_lost(self) -> None:
         """Marks lost the terminals of workers that are gone (any live worker may do it), and ends what those
-        of workers on this host left running here."""
-        lost = await self.database.run(lambda: records.sessions_mark_lost(self.process_space, self.id))
+        of workers whose process is gone from this host left running here."""
+        silent = self.silence.silent()
+        lost = await self.database.run(lambda: records.sessions_mark_lost(self.process_space, self.id, silent))
         if lost:
             logger.warning("marked %d terminals of departed workers lost", len(lost))
-            here = [terminal_id for terminal_id, space in lost.items() if space == self.process_space]
+            here = [terminal_id for terminal_id, endable in lost.items() if endable]
             if here:
                 await self.reap_lost(here)
+                await self.empty_departed_groups()
+
+    async def empty_departed_groups(self) -> int:
+        """Kills what is left in the control groups of this host's workers whose process is gone (what dropped the
+        terminal's marker, `env -i`, is found only there), as a worker starting here would."""
+        if not self.confinement.cgroups.controllers:
+            return 0
+        prefix = cgroup_prefix()
+        killed = await asyncio.to_thread(confine.reap_departed, prefix, own=f"{prefix}{os.getpid()}")
+        if killed:
+            logger.warning("killed %d processes left in the control groups of workers that are gone", killed)
+        return killed
 
     async def reap_lost(self, terminal_ids: list[str] | None = None) -> int:
         """SIGKILLs the processes on this host of lost terminals: of terminal_ids, or (None, when the worker
@@ -926,7 +950,8 @@ class TerminalWorker:
             carried = await asyncio.to_thread(marked_processes, MARKER_VARIABLE)
             if not carried:
                 return 0
-            terminal_ids = await self.database.run(lambda: records.sessions_lost_among(list(carried)))
+            space = self.process_space  # a frozen worker's terminals here are left to it (it takes them back)
+            terminal_ids = await self.database.run(lambda: records.sessions_lost_among(list(carried), space))
         doomed = [terminal_id for terminal_id in terminal_ids if terminal_id not in self.manager]  # never its own
         if not doomed:
             return 0

@@ -1,0 +1,38 @@
+"""Judging another worker silent by what this worker saw at its own beats (terminals/worker/liveness.py)."""
+
+from datetime import datetime, timedelta, timezone
+
+from terminals.worker.liveness import SILENT_BEATS, Silence
+
+BEAT = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def test_a_heartbeat_unchanged_over_three_of_the_judges_beats_is_silent_and_one_that_moves_is_not():
+    silence = Silence()
+    for _ in range(SILENT_BEATS):
+        silence.observe({"gone": BEAT, "beating": BEAT})
+        assert silence.silent() == {}
+    silence.observe({"gone": BEAT, "beating": BEAT + timedelta(seconds=1)})
+    assert silence.silent() == {"gone": BEAT}
+
+
+def test_a_failed_beat_of_the_judge_forgets_what_it_saw_so_an_outage_makes_nobody_silent():
+    """The database away: the judge's beats fail too, and after it every heartbeat is old but none was seen
+    unchanged over beats the database took."""
+    silence = Silence()
+    for _ in range(SILENT_BEATS):
+        silence.observe({"other": BEAT})
+    silence.interrupted()
+    silence.observe({"other": BEAT})
+    assert silence.silent() == {}
+    for _ in range(SILENT_BEATS):
+        silence.observe({"other": BEAT})
+    assert silence.silent() == {"other": BEAT}
+
+
+def test_a_worker_judged_gone_or_stopped_is_no_longer_watched():
+    silence = Silence()
+    for _ in range(SILENT_BEATS + 1):
+        silence.observe({"other": BEAT})
+    silence.observe({})
+    assert silence.silent() == {}
