@@ -217,9 +217,10 @@ class WorkerReportSerializer(serializers.Serializer):
     id = serializers.CharField()
     hostname = serializers.CharField()
     pid = serializers.IntegerField()
-    alive = serializers.BooleanField(help_text="not stopped, and its last heartbeat is recent")
+    alive = serializers.BooleanField(help_text="not stopped, not judged gone, and its heartbeat still changes")
     heartbeatAgeMs = serializers.IntegerField()
     stopped = serializers.DateTimeField(allow_null=True)
+    lost = serializers.DateTimeField(allow_null=True, help_text="when it was judged gone and its terminals lost")
     activeTerminals = serializers.IntegerField()
 
 

@@ -355,7 +355,8 @@ class TerminalWorker:
         self._tasks: set[asyncio.Task] = set()
         self._shutting_down = False
         self._ending_vanished: set[str] = set()  # terminals whose record was deleted, being ended
-        self.silence = Silence()  # the other workers' heartbeats, as seen at this one's beats
+        # The other workers' heartbeats, as seen at this one's beats.
+        self.silence = Silence(settings.TERMINALS["HEARTBEAT_INTERVAL_MS"] / 1000)
         self._creating = 0  # creations taken and not yet hosted: their places are spoken for
         self._leases_checked = 0.0  # when expire_leases last ran (or the worker started), by the loop's clock
         self._handlers: dict[str, Callable[[dict], Awaitable[dict]]] = {

@@ -13,28 +13,48 @@ nothing (a heartbeat is compared with itself, never with a clock); a judge that 
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 
 # Heartbeat intervals of silence that make a worker gone: three, as before (Worker.stale_before).
 SILENT_BEATS = 3
+# The interval assumed for a worker whose heartbeat this one has not yet seen change: the default interval. Workers
+# may beat at other intervals than the judge (a host configured apart; test servers sharing a database): silence is
+# counted in the silent worker's own intervals, as the steps of its heartbeat show them, never in the judge's alone.
+UNKNOWN_INTERVAL_SECONDS = 5.0
 
 
 class Silence:
-    def __init__(self) -> None:
+    def __init__(self, interval_seconds: float = UNKNOWN_INTERVAL_SECONDS) -> None:
+        self.interval = interval_seconds  # this worker's own: its beats are at least this far apart
         self._seen: dict[str, tuple[datetime, int]] = {}  # worker id: (its heartbeat, this worker's beats since)
+        # worker id: the step between the last two of its heartbeats this worker saw (at least its interval; the
+        # latest, so that one long pause of that worker does not slow its judging for good)
+        self._steps: dict[str, float] = {}
 
     def observe(self, heartbeats: dict[str, datetime]) -> None:
         """At each successful beat of this worker: the heartbeat of every other worker not stopped or gone."""
         seen = {}
         for worker_id, heartbeat in heartbeats.items():
             previous, beats = self._seen.get(worker_id, (None, -1))
+            if previous is not None and heartbeat > previous:
+                self._steps[worker_id] = (heartbeat - previous).total_seconds()
             seen[worker_id] = (heartbeat, beats + 1 if previous == heartbeat else 0)
         self._seen = seen
+        self._steps = {worker_id: step for worker_id, step in self._steps.items() if worker_id in heartbeats}
 
     def interrupted(self) -> None:
         """This worker could not write its beat: what it saw before says nothing about the time since."""
         self._seen.clear()
 
     def silent(self) -> dict[str, datetime]:
-        """The workers silent for SILENT_BEATS of this worker's beats, with the heartbeat they stopped at."""
-        return {worker_id: heartbeat for worker_id, (heartbeat, beats) in self._seen.items() if beats >= SILENT_BEATS}
+        """The workers whose heartbeat stayed the same over SILENT_BEATS of this worker's beats, and over as many
+        of them as SILENT_BEATS of the silent worker's own intervals take, with the heartbeat they stopped at."""
+        return {worker_id: heartbeat for worker_id, (heartbeat, beats) in self._seen.items()
+                if beats >= self.beats_for(worker_id)}
+
+    def beats_for(self, worker_id: str) -> int:
+        """How many of this worker's beats make SILENT_BEATS intervals of the other's (its beats are at least its
+        interval apart, so this many cover at least that much time)."""
+        interval = self._steps.get(worker_id, UNKNOWN_INTERVAL_SECONDS)
+        return max(SILENT_BEATS, math.ceil(SILENT_BEATS * interval / self.interval - 1e-9))
