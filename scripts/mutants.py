@@ -369,4 +369,11 @@ MUTANTS = [
         ''',''',
         ("tests/test_split_faults.py::test_health_shows_a_killed_worker_dead_as_soon_as_its_terminals_are_lost",),
     ),
+    Mutant(
+        "silence-in-judges-beats", "silence is counted in the silent worker's own intervals",
+        "terminals/worker/liveness.py",
+        '''        interval = self._steps.get(worker_id, UNKNOWN_INTERVAL_SECONDS)''',
+        '''        interval = self.interval''',
+        ("tests/test_worker_liveness.py::test_silence_is_counted_in_the_silent_workers_intervals_not_the_judges",),
+    ),
 ]
