@@ -322,7 +322,7 @@ MUTANTS = [
     ),
     Mutant(
         "in-flight-409-at-deadline", "a request in flight on a killed worker answers 409 once its terminal is lost",
-        "terminals/worker/client.py",
+        "terminals/remote/client.py",
         '''        exchange = _unless_lost(exchange, fields["id"])''',
         '''        pass''',
         ("tests/test_live_detach.py::test_a_command_in_flight_on_a_killed_worker_answers_409_once_the_terminal_is_lost",),
@@ -350,14 +350,14 @@ MUTANTS = [
     ),
     Mutant(
         "lost-by-clock", "a database outage makes no worker lost",
-        "terminals/records.py",
+        "terminals/worker/records.py",
         '''    live = [*Worker.objects.filter(stopped__isnull=True, lost__isnull=True).values_list("id", flat=True), own_worker_id]''',
         '''    live = [*Worker.objects.live().values_list("id", flat=True), own_worker_id]''',
         ("tests/test_split_faults.py::test_a_database_outage_ends_no_terminal_and_loses_no_output",),
     ),
     Mutant(
         "no-readopt", "a worker judged gone while it still ran keeps its terminals",
-        "terminals/records.py",
+        "terminals/worker/records.py",
         '''        if row.status == LOST and str(row.id) in running and _readopt(row.id, worker_id):''',
         '''        if False:''',
         ("tests/test_split_faults.py::test_a_worker_judged_gone_while_frozen_takes_its_terminals_back_when_it_resumes",),

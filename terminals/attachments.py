@@ -17,8 +17,8 @@ from .auth import usable_key
 from .exceptions import AuditUnavailable, DatabaseUnavailable, ServiceError, TerminalNotFound, terminal_inactive
 from .ids import parse_uuid
 from .keystrokes import KeyAudit
-from .worker import client as worker_client
-from .worker import leases, protocol
+from .remote import client as worker_client
+from .remote import leases, protocol
 
 logger = logging.getLogger(__name__)
 

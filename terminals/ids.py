@@ -16,3 +16,8 @@ def parse_uuid(value) -> uuid.UUID | None:
         return uuid.UUID(value)
     except ValueError:
         return None
+
+
+def uuid_keys(values) -> list[uuid.UUID]:
+    """The terminal ids among these values, as keys; anything else is skipped."""
+    return [key for key in map(parse_uuid, values) if key is not None]

@@ -20,8 +20,9 @@ from .exceptions import RecordingNotFound, WorkerUnavailable
 from .models import AuditEvent, Recording, Worker
 from .runtime.recording import digest
 from .sessions import session_get_for
-from .worker import client as worker_client
-from .worker import protocol
+from .remote import client as worker_client
+from .remote import protocol
+from .remote.here import current_worker
 
 logger = logging.getLogger(__name__)
 
@@ -56,8 +57,6 @@ def recording_open(*, actor: Actor, terminal_id) -> Playback:
 def _reading_channel(record, host: str) -> str:
     """A live worker of the host that keeps the file: the terminal's own while it lives, else another one there."""
     if settings.TERMINALS["EMBEDDED_WORKER"]:
-        from .worker.embedded import current_worker
-
         worker = current_worker()
         if worker is not None and worker.hostname == host:
             return worker.channel

@@ -1,6 +1,6 @@
 """Watching many things for one process with one database check a round, however many watch each.
 
-Live connections wait on conditions only the database knows: their terminal's worker is gone (worker/watch.py),
+Live connections wait on conditions only the database knows: their terminal's worker is gone (remote/watch.py),
 their access was taken away (access.py). Asking once per connection costs a query per connection per round;
 here one task per process asks about everything watched in one call, every `seconds`, and tells each watcher of
 what the check found, once, then forgets it. The task runs while anything is watched.

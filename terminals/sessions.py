@@ -42,9 +42,10 @@ from .exceptions import (
 )
 from .models import Recording, TerminalSession, ViewGrant, Worker
 from .prepared import PreparedLookup
-from .records import recording_data, session_data
-from .worker import client as worker_client
-from .worker import protocol
+from .record_shapes import recording_data, session_data
+from .remote import client as worker_client
+from .remote import protocol
+from .remote.here import current_worker
 
 # The signals a client may send by name (seed 000's list, and the job-control and user signals).
 SIGNALS = ("SIGTERM", "SIGINT", "SIGKILL", "SIGHUP", "SIGQUIT", "SIGTSTP", "SIGCONT", "SIGUSR1", "SIGUSR2")
@@ -293,8 +294,6 @@ def _worker_live(record: TerminalSession) -> bool:
 def _hosted_here(record: TerminalSession) -> bool:
     """Whether the terminal lives in this process's embedded worker, which is alive whatever its heartbeat says:
     under load the heartbeat waits behind the worker's other database writes and can be late."""
-    from .worker.embedded import current_worker
-
     worker = current_worker()
     return worker is not None and worker.id == record.worker_id
 
@@ -434,8 +433,6 @@ def _creation_channel(host: str | None) -> str:
     if settings.TERMINALS["EMBEDDED_WORKER"]:
         # One host: this process's own worker, which alone takes from the in-memory creation queue. (Other
         # deployments' workers in the same database are no way to reach it.)
-        from .worker.embedded import current_worker
-
         worker = current_worker()
         if worker is None or worker.hostname != host:
             here = worker.hostname if worker is not None else "none yet"
@@ -554,7 +551,7 @@ def session_newest_output(*, actor: Actor, terminal_id) -> dict:
 def session_follow(*, actor: Actor, terminal_id, from_byte: int | None):
     """The terminal's output from from_byte, live: an async stream of worker.follow.Event, which ends with an error
     event once the actor's access to the terminal is taken away (access.py)."""
-    from .worker.follow import follow
+    from .remote.follow import follow
 
     record = session_get_for(user=actor.user, terminal_id=terminal_id)
     channel = _hosting_channel(record)

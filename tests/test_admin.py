@@ -44,6 +44,12 @@ def post(http, path: str, data: dict) -> requests.Response:
                      allow_redirects=False, headers={"Referer": f"{http.base}{path}"})
 
 
+def shown_messages(http) -> list[str]:
+    """The messages the admin shows after an action (what it tells the person who ran it)."""
+    page = get(http, SESSIONS).text
+    return re.findall(r'<li class="(?:success|warning|error|info)">(.*?)</li>', page, re.S)
+
+
 def test_admin_cannot_add_or_delete_terminal_or_worker_rows(browser, alice):
     """The add and delete pages of terminals and workers answer 403, a delete or a change posted anyway alters
     nothing and leaves the process running, and the changelist offers "End selected terminals" instead of deleting."""
@@ -80,7 +86,7 @@ def test_admin_action_ends_terminals_like_delete_and_audits_the_admin(browser, a
     assert response.status_code == 302, response.text[-2000:]
 
     record = TerminalSession.objects.get(pk=doomed["terminalId"])
-    assert record.status == TerminalSession.Status.KILLED
+    assert record.status == TerminalSession.Status.KILLED, shown_messages(http)
     assert record.released is not None
     wait_for(lambda: gone(doomed["pid"]), 10, "the terminal's process to end")
     [event] = AuditEvent.objects.filter(terminal_id=doomed["terminalId"], action="delete")

@@ -1,6 +1,6 @@
 """Every closed live connection is detached from its worker and audited, whatever closed it: a stopping web process
 (4012), a Redis outage (4503), a killed worker (4409), or a web process SIGKILLed with nobody left to say so, which the
-worker notices when the connection's lease is no longer renewed (terminals/worker/leases.py, docs/live.md). And a
+worker notices when the connection's lease is no longer renewed (terminals/remote/leases.py, docs/live.md). And a
 request in flight on a killed worker answers 409 once its terminal is marked lost, not at its deadline."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from .client import Api
 from .servers import start_redis, start_split, wait_for
 from .test_live import Live
 
-LEASE_SECONDS = 10.0  # a subscriber not renewed for this long is dropped (terminals/worker/leases.py)
+LEASE_SECONDS = 10.0  # a subscriber not renewed for this long is dropped (terminals/remote/leases.py)
 DROPPED_WITHIN = LEASE_SECONDS + 20  # the lease, the worker's next check, and slack for a busy machine
 
 

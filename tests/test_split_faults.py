@@ -331,7 +331,7 @@ def lone_worker():
     server.stop()
 
 
-WATCH_SECONDS = 2.0  # how often a web process checks the workers of its live connections (terminals/worker/watch.py)
+WATCH_SECONDS = 2.0  # how often a web process checks the workers of its live connections (terminals/remote/watch.py)
 
 
 async def _attach_both(url: str, key: str, terminal: str):

@@ -8,7 +8,7 @@ import time
 import pytest
 from channels.layers import InMemoryChannelLayer
 
-from terminals.worker import protocol
+from terminals.remote import protocol
 from terminals.models import AuditEvent, TerminalSession, Worker
 from terminals.runtime.manager import Limits
 from terminals.worker.consumer import TerminalWorker

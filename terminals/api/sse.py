@@ -9,7 +9,7 @@ import json
 from collections.abc import AsyncIterator, Callable
 
 from .. import lifecycle, metrics
-from ..worker.follow import QUIET, Event
+from ..remote.follow import QUIET, Event
 
 STOPPED = Event("error", {"code": "SERVER_STOPPING",
                           "message": "This server is stopping; reconnect, to it or another one, with Last-Event-ID "

@@ -40,7 +40,7 @@ from ..exceptions import (
     terminal_inactive,
 )
 from ..runtime.buffer import decode
-from ..worker import watch as worker_watch
+from ..remote import watch as worker_watch
 
 logger = logging.getLogger(__name__)
 
@@ -397,7 +397,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         await self.close(code=CLOSE_SERVER_STOPPING)
 
     async def terminal_worker_lost(self, event: dict) -> None:
-        """The terminal's worker is gone (worker/watch.py): it will send nothing more, so close as a refusal would,
+        """The terminal's worker is gone (remote/watch.py): it will send nothing more, so close as a refusal would,
         with 4409 once the terminal is marked lost, else 4503. A client that has its exit frame has nothing to lose."""
         if not self.attached or self.exit_offset is not None:
             return

@@ -22,11 +22,11 @@ from django.db import DatabaseError, close_old_connections
 from prometheus_client import REGISTRY
 from prometheus_client.core import CounterMetricFamily
 
-from .. import records
 from ..clock import now as database_now
 from ..database_threads import DatabaseThreads
 from ..exceptions import ServiceError, database_unavailable
 from ..environment import PER_USER, SERVICE, homes_base, run_as_policy, unenterable
+from ..record_shapes import session_created_data, session_data
 from ..runtime import confinement as confine
 from ..runtime import integrity, sealed
 from ..runtime.accounts import provision, unix_name
@@ -39,7 +39,8 @@ from ..runtime.processes import marked_processes, process_space, signal_number
 from ..runtime.pty import MARKER_VARIABLE, ExitStatus, PtySession, SpawnSpec, check_window_size
 from ..runtime.shell import ShellSession, TerminalBusy
 from ..runtime.signals import kill_marked
-from . import leases, protocol
+from ..remote import leases, protocol
+from . import records
 from .liveness import Silence
 from .recordings import RecordingKeeper, read_chunk
 from .shapes import bytes_data, command_data, command_summary, exit_status_data, info_data, line_read_data, stats_data
@@ -107,7 +108,7 @@ def _buffer(session, stream: str | None) -> OutputBuffer:
 def _record_data(session_id: str, record) -> dict:
     if record is None:
         raise SessionNotFound(f"terminal {session_id} has no record any more", terminal_id=session_id)
-    return records.session_data(record)
+    return session_data(record)
 
 
 class AccountUnavailable(TerminalError):
@@ -564,7 +565,7 @@ class TerminalWorker:
         if refused is not None:
             await self._undo_start(message["id"])
             raise refused
-        return records.session_created_data(record)
+        return session_created_data(record)
 
     def _host(self, terminal_id: str, session, recording) -> None:
         """On the event loop: a terminal the database job started is recorded (if planned), read and hosted."""

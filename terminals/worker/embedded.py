@@ -7,6 +7,7 @@ import asyncio
 from django.conf import settings
 
 from .. import lifecycle
+from ..remote import here
 from .consumer import TerminalWorker
 
 _worker: TerminalWorker | None = None
@@ -20,14 +21,11 @@ def ensure_worker(loop: asyncio.AbstractEventLoop | None = None) -> TerminalWork
     if _worker is None:
         loop = loop or asyncio.get_running_loop()
         _worker = TerminalWorker()
+        here.register(_worker)
         loop.create_task(_worker.start())
         # Stopping the server ends the terminals first, so their live clients get the exit before they close.
         lifecycle.on_shutdown(lifecycle.WORKER, "ending the embedded worker's terminals", _worker.shutdown,
                               timeout=120.0)
-    return _worker
-
-
-def current_worker() -> TerminalWorker | None:
     return _worker
 
 

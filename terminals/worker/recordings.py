@@ -19,10 +19,10 @@ from pathlib import Path
 
 from django.conf import settings
 
-from .. import records
+from . import records
 from ..runtime.errors import TerminalError
 from ..runtime.recording import Recording, digest
-from . import protocol
+from ..remote import protocol
 
 logger = logging.getLogger(__name__)
 

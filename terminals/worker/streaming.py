@@ -19,8 +19,8 @@ from channels.exceptions import ChannelFull
 
 from ..runtime.buffer import OutputBuffer
 from ..runtime.pty import PtySession
-from . import protocol
-from .client import TRANSPORT_ERRORS
+from ..remote import protocol
+from ..remote.client import TRANSPORT_ERRORS
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import time
 
 from django.conf import settings
 
-from .. import records
+from . import lost
 from ..rounds import RoundWatch
 
 WATCH_SECONDS = 2.0  # how soon after its terminal is lost, or its worker stops beating, a connection is told
@@ -29,10 +29,10 @@ _last_check = 0.0
 
 
 def _cut_off(terminal_ids) -> dict[str, bool]:
-    """records.terminals_cut_off, with stale heartbeats left out until the database answered long enough."""
+    """lost.terminals_cut_off, with stale heartbeats left out until the database answered long enough."""
     global _reachable_since, _last_check
     try:
-        found = records.terminals_cut_off(terminal_ids)
+        found = lost.terminals_cut_off(terminal_ids)
     except Exception:
         _reachable_since = None
         raise

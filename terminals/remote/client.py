@@ -11,7 +11,8 @@ from channels.exceptions import ChannelFull
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from .. import clock, database_threads, records
+from .. import clock, database_threads
+from . import lost
 from ..exceptions import ServiceError, WorkerUnavailable, from_code, terminal_inactive
 from . import protocol
 
@@ -76,7 +77,7 @@ async def _unless_lost(exchange, terminal_id: str) -> dict:
 
 async def _marked_lost(terminal_id: str) -> bool:
     try:
-        return await database_threads.run(records.terminal_lost, terminal_id)
+        return await database_threads.run(lost.terminal_lost, terminal_id)
     except Exception as error:  # noqa: BLE001 - the database away: the deadline still ends the wait
         logger.warning("checking whether terminal %s was lost failed: %s: %s", terminal_id, type(error).__name__, error)
         return False

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import uuid
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone as dt_timezone
 from typing import NamedTuple
@@ -12,17 +11,17 @@ from typing import NamedTuple
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import DatabaseError, connection, transaction
-from django.db.models import BooleanField, ExpressionWrapper
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from . import clock
-from .audit import SYSTEM, audit, audit_carried
-from .exceptions import AuditUnavailable
-from .models import AuditEvent, Recording, TerminalSession, Worker
-from .runtime.errors import SessionLimitReached
-from .runtime.processes import process_alive
-from .runtime.pty import ExitStatus
+from .. import clock
+from ..ids import uuid_keys
+from ..audit import SYSTEM, audit, audit_carried
+from ..exceptions import AuditUnavailable
+from ..models import AuditEvent, Recording, TerminalSession, Worker
+from ..runtime.errors import SessionLimitReached
+from ..runtime.processes import process_alive
+from ..runtime.pty import ExitStatus
 
 logger = logging.getLogger(__name__)
 Status = TerminalSession.Status
@@ -115,7 +114,7 @@ LEASE_EXPIRED = "LEASE_EXPIRED"  # the outcome of a detach its worker audited: n
 
 
 def lease_expired(terminal_id: str, connection: str, actor: dict) -> None:
-    """Audits the detach of a WebSocket whose web process stopped renewing it (worker/leases.py), unless that
+    """Audits the detach of a WebSocket whose web process stopped renewing it (remote/leases.py), unless that
     process wrote the detach itself (its detach to the worker was what got lost): one detach row per connection."""
     if AuditEvent.objects.filter(terminal_id=terminal_id, action="detach", details__connection=connection).exists():
         return
@@ -185,22 +184,11 @@ def _end_orphan(session_id, status: str) -> None:
               reason="its worker stopped answering; the output it held is gone")
 
 
-def _terminal_keys(terminal_ids) -> list[uuid.UUID]:
-    """The terminal ids among these strings, as keys; anything else is skipped."""
-    keys = []
-    for terminal_id in terminal_ids:
-        try:
-            keys.append(uuid.UUID(terminal_id))
-        except ValueError:
-            continue
-    return keys
-
-
 def sessions_lost_among(terminal_ids, space: str = "") -> list[str]:
     """Which of these terminal ids (strings; anything that is not a terminal id is skipped) are lost, leaving out
     those of a worker whose process still runs in this process space: one frozen while judged gone takes its
     terminals back when it resumes (worker_beat)."""
-    keys = _terminal_keys(terminal_ids)
+    keys = uuid_keys(terminal_ids)
     lost = []
     for start in range(0, len(keys), 500):  # a host may carry thousands: stay under SQLite's parameter limit
         batch = keys[start : start + 500]
@@ -212,24 +200,6 @@ def sessions_lost_among(terminal_ids, space: str = "") -> list[str]:
 
 def _still_running_here(worker: Worker | None, space: str) -> bool:
     return worker is not None and bool(space) and worker.process_space == space and process_alive(worker.pid)
-
-
-def terminals_cut_off(terminal_ids) -> dict[str, bool]:
-    """Which of these terminals (ids as strings) their worker left behind: lost (True), or hosted by a worker that
-    stopped or stopped beating, by the database's clock, and not marked lost yet (False)."""
-    keys = _terminal_keys(terminal_ids)
-    worker_live = ExpressionWrapper(Worker.live_condition("worker__"), output_field=BooleanField())
-    cut_off = {}
-    for start in range(0, len(keys), 500):  # stay under SQLite's parameter limit
-        rows = (TerminalSession.objects.filter(pk__in=keys[start : start + 500]).annotate(worker_live=worker_live)
-                .values_list("id", "status", "worker_live"))
-        cut_off.update({str(key): status == LOST for key, status, live in rows if status == LOST or not live})
-    return cut_off
-
-
-def terminal_lost(terminal_id: str) -> bool:
-    """Whether the terminal was marked lost (its worker gone): a request waiting on that worker gives up."""
-    return TerminalSession.objects.filter(pk=terminal_id, status=LOST).exists()
 
 
 def _process_gone(worker: Worker, space: str) -> bool:
@@ -386,81 +356,3 @@ def recording_deleted(terminal_id: str, days: int) -> None:
         Recording.objects.filter(pk=terminal_id).update(deleted=timezone.now())
         audit(SYSTEM, "recording_delete", terminal_id=terminal_id, host=recording.host, path=recording.path,
               sha256=recording.sha256, reason=f"older than the retention period of {days} days")
-
-
-def recording_data(recording: Recording | None) -> dict | None:
-    """A recording as the terminal's record shows it."""
-    if recording is None:
-        return None
-    return {
-        "host": recording.host,
-        "recordsInput": recording.record_input,
-        "finished": recording.finished is not None,
-        "bytes": recording.size,
-        "sha256": recording.sha256 or None,
-        "capped": recording.capped,
-        "deleted": recording.deleted is not None,
-    }
-
-
-def window_size(record: TerminalSession) -> tuple[int | None, int | None]:
-    """(cols, rows); a terminal on pipes has no window, so no size (the columns keep their defaults)."""
-    return (record.cols, record.rows) if record.pty else (None, None)
-
-
-def session_created_data(record: TerminalSession) -> dict:
-    cols, rows = window_size(record)
-    return {
-        "terminalId": str(record.id),
-        "pid": record.pid,
-        "shell": record.shell,
-        "cwd": record.cwd,
-        "created": iso(record.created),
-        "status": record.status,
-        "name": record.name,
-        "cols": cols,
-        "rows": rows,
-        "command": record.command,
-        "args": record.args,
-        "pty": record.pty,
-        "outputByteLimit": record.output_byte_limit,
-        "sessionId": record.session_id,
-        "recorded": record.recorded,
-    }
-
-
-def session_data(record: TerminalSession) -> dict:
-    """The terminal's record as the list and detail endpoints show it."""
-    cols, rows = window_size(record)
-    return {
-        "id": str(record.id),
-        "terminalId": str(record.id),
-        "name": record.name,
-        "pid": record.pid,
-        "shell": record.shell,
-        "cwd": record.cwd,
-        "cols": cols,
-        "rows": rows,
-        "created": iso(record.created),
-        "lastActivity": iso(record.last_activity),
-        "status": record.status,
-        "exitCode": record.exit_code,
-        "signal": record.signal,
-        "ended": iso(record.ended),
-        "released": iso(record.released),
-        "owner": record.owner.get_username() if record.owner_id else None,
-        "worker": record.worker_id,
-        "command": record.command,
-        "args": record.args,
-        "pty": record.pty,
-        "outputByteLimit": record.output_byte_limit,
-        "sessionId": record.session_id,
-        "recorded": record.recorded,
-    }
-
-
-def iso(moment) -> str | None:
-    """ISO 8601 in UTC with milliseconds and a Z, as the contract's examples show."""
-    if moment is None:
-        return None
-    return moment.astimezone(dt_timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
