@@ -140,7 +140,7 @@ MUTANTS = [
     ),
     Mutant(
         "screen-on-event-loop", "a screen is rendered off the worker's event loop, so it stalls no other user",
-        "terminals/worker/consumer.py",
+        "terminals/worker/requests.py",
         '''**(await session.render_screen())}''',
         '''**session.screen()}''',
         ("tests/test_service_bounds.py::test_reading_the_largest_screen_over_and_over_stalls_no_other_user",),

@@ -86,7 +86,7 @@ def test_imports_point_inward(module, path):
 @pytest.mark.parametrize("module,source,expected", [
     ("terminals.sessions", "from .api import views", "belongs to the api interface"),
     ("terminals.live.consumer", "from ..acp import methods", "belongs to the acp interface"),
-    ("terminals.worker.consumer", "def f():\n    from ..api.serializers import X", "belongs to the api interface"),
+    ("terminals.worker.server", "def f():\n    from ..api.serializers import X", "belongs to the api interface"),
     ("terminals.runtime.pty", "from django.conf import settings", "the runtime"),
     ("terminals.runtime.pty", "from ..models import TerminalSession", "the runtime"),
     ("terminals.admin", "from terminals.dashboard import views", "belongs to the dashboard interface"),

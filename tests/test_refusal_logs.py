@@ -63,7 +63,7 @@ def test_json_logs_are_one_object_per_line_with_keys_masked(orm, keys):
         refusal = next(record for record in records() if marker in record["message"])
         assert refusal["level"] == "INFO" and refusal["logger"] == "terminals.refusals", refusal
         assert refusal["message"].startswith("401 UNAUTHORIZED - GET /api/terminals?tag="), refusal
-        assert any(record["logger"] == "terminals.worker.consumer" for record in records())
+        assert any(record["logger"] == "terminals.worker.server" for record in records())
         assert bob.split(".", 1)[1] not in log.log()
     finally:
         server.stop()

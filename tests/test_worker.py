@@ -11,7 +11,7 @@ from channels.layers import InMemoryChannelLayer
 from terminals.remote import protocol
 from terminals.models import AuditEvent, TerminalSession, Worker
 from terminals.runtime.manager import Limits
-from terminals.worker.consumer import TerminalWorker
+from terminals.worker.server import TerminalWorker
 
 from .conftest import make_key
 from .helpers import eventually, run
@@ -65,17 +65,17 @@ def test_sweep_ends_idle_terminals_and_marks_them_timed_out(orm):
     limits = Limits(idle_timeout=60.0)
 
     async def body(worker):
-        idle = await worker.handle_create(create_message(owner))
-        busy = await worker.handle_create(create_message(owner))
+        idle = await worker.creations.handle_create(create_message(owner))
+        busy = await worker.creations.handle_create(create_message(owner))
         # Idle means quiet: a first prompt read after the clock moves would count as activity then.
         for created in (idle, busy):
             session = worker.manager.get(created["terminalId"])
             await eventually(lambda session=session: session.buffer.end > 0, "the first prompt", timeout=30)
         clock.now += 30
-        assert await worker.sweep_idle() == 0
+        assert await worker.upkeep.sweep_idle() == 0
         worker.manager.get(busy["terminalId"]).last_activity = clock.now
         clock.now += 31
-        assert await worker.sweep_idle() == 1
+        assert await worker.upkeep.sweep_idle() == 1
         return idle["terminalId"], busy["terminalId"]
 
     idle_id, busy_id = run(with_worker(body, clock=clock, limits=limits))
@@ -101,7 +101,7 @@ def test_a_worker_marks_lost_the_terminals_of_one_silent_over_three_of_its_own_b
     async def body(worker):
         statuses = [await asyncio.to_thread(_status_of, orphan.id)]
         for _ in range(4):  # the first beat sees the heartbeat, the next three see it unchanged
-            await worker.beat()
+            await worker.upkeep.beat()
             statuses.append(await asyncio.to_thread(_status_of, orphan.id))
         return statuses
 
@@ -146,7 +146,7 @@ def test_worker_refuses_creation_past_the_per_user_limit(orm, settings):
     owner, _ = make_key()
 
     async def body(worker):
-        await worker.handle_create(create_message(owner))
+        await worker.creations.handle_create(create_message(owner))
         reply_to = await worker.layer.new_channel("test.")
         await worker.dispatch({**create_message(owner), "type": protocol.CREATE, "reply_to": reply_to})
         return await asyncio.wait_for(worker.layer.receive(reply_to), 5)
@@ -175,11 +175,11 @@ def test_a_worker_runs_terminals_only_as_the_account_it_is_configured_for(orm, s
         refusals = []
         for run_as in ("nobody", "root"):
             with pytest.raises(TerminalError) as caught:
-                await worker.handle_create(create_message(owner, run_as=run_as, username=owner.username))
+                await worker.creations.handle_create(create_message(owner, run_as=run_as, username=owner.username))
             refusals.append(caught.value)
         settings.TERMINALS = {**settings.TERMINALS, "RUN_AS": "per-user", "RUN_AS_PREFIX": prefix, "HOMES": str(homes)}
         with pytest.raises(TerminalError) as caught:
-            await worker.handle_create(create_message(owner, run_as="", username=owner.username))
+            await worker.creations.handle_create(create_message(owner, run_as="", username=owner.username))
         refusals.append(caught.value)
         return refusals
 
@@ -227,7 +227,7 @@ def test_a_creation_delivered_twice_runs_once_and_answers_once(orm, cwd):
 def test_typing_into_a_terminal_is_not_reading_it():
     """The worker's notion of a read terminal (its flood is then read at full speed): a request that reads or waits
     on it, or a client watching; input, a resize or a signal is not one, and neither is being created."""
-    from terminals.worker.consumer import Readers
+    from terminals.worker.readers import Readers
 
     class NobodyWatches:
         def watching(self, terminal_id):

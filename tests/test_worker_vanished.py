@@ -26,13 +26,13 @@ def test_heartbeat_ends_a_terminal_whose_record_was_deleted_and_the_rest_go_on(o
     caplog.set_level(logging.WARNING)
 
     async def body(worker):
-        orphan = await worker.handle_create(create_message(owner, **SLEEPER))
-        other = await worker.handle_create(create_message(owner))
+        orphan = await worker.creations.handle_create(create_message(owner, **SLEEPER))
+        other = await worker.creations.handle_create(create_message(owner))
         await worker.database.run(lambda: delete_record(orphan["terminalId"]))
-        await worker.beat()
+        await worker.upkeep.beat()
         await eventually(lambda: orphan["terminalId"] not in worker.manager and gone(orphan["pid"]),
                     "the orphaned terminal to be ended")
-        written = await worker.handle_input({"id": other["terminalId"], "data": "echo still-$((40+2))\n"})
+        written = await worker.requests.handle_input({"id": other["terminalId"], "data": "echo still-$((40+2))\n"})
         assert written["bytesWritten"] > 0
         await eventually(lambda: "still-42" in worker.manager.get(other["terminalId"]).buffer.text_between(0, None)[0],
                     "the other terminal to answer")
@@ -54,12 +54,12 @@ def test_clean_stop_closes_every_other_record_when_one_vanished(orm, caplog):
     caplog.set_level(logging.WARNING)
 
     async def body(worker):
-        orphan = await worker.handle_create(create_message(owner, **SLEEPER))
-        exiting = await worker.handle_create(create_message(owner))
-        others = [await worker.handle_create(create_message(owner)) for _ in range(2)]
+        orphan = await worker.creations.handle_create(create_message(owner, **SLEEPER))
+        exiting = await worker.creations.handle_create(create_message(owner))
+        others = [await worker.creations.handle_create(create_message(owner)) for _ in range(2)]
         for vanished in (orphan, exiting):
             await worker.database.run(lambda vanished=vanished: delete_record(vanished["terminalId"]))
-        await worker.handle_input({"id": exiting["terminalId"], "data": "exit 3\n"})
+        await worker.requests.handle_input({"id": exiting["terminalId"], "data": "exit 3\n"})
         await worker.manager.get(exiting["terminalId"]).wait_for_exit(10)
         await worker.database.run(lambda: None)  # the exit's record update, queued before this, has run
         return orphan, others, worker.id

@@ -1,4 +1,5 @@
-"""Failures the terminal runtime reports; each carries the error code the API shows for it."""
+"""Failures the terminal runtime and the worker report; each carries the error code the API shows for it. The one
+set of these errors, without Django: the web processes rebuild the API's error from the code (exceptions.from_code)."""
 
 
 class TerminalError(Exception):
@@ -58,3 +59,33 @@ class WindowSizeInvalid(TerminalError):
     """A window size the PTY cannot take (the kernel keeps each side in 16 bits) or the service does not allow."""
 
     code = "INVALID_INPUT"
+
+
+class TerminalBusy(TerminalError):
+    """A command is already running in the terminal's foreground."""
+
+    code = "TERMINAL_BUSY"
+
+
+class InvalidRequest(TerminalError):
+    """The request does not fit this kind of terminal."""
+
+    code = "INVALID_INPUT"
+
+
+class CommandNotFound(TerminalError):
+    """The terminal has no command with that id."""
+
+    code = "COMMAND_NOT_FOUND"
+
+
+class RecordingNotFound(TerminalError):
+    """The recording asked for is not on this host, or its file is gone."""
+
+    code = "RECORDING_NOT_FOUND"
+
+
+class AccountUnavailable(TerminalError):
+    """The Unix account a terminal is to run as does not exist here, or this worker cannot switch to it."""
+
+    code = "FORBIDDEN"

@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .commands import RUNNING, Command, CommandTracker
-from .errors import SessionInactive, TerminalError
+from .errors import SessionInactive, TerminalBusy, TerminalError
 from .markers import Marker, MarkerParser
 from . import echo, processes, sealed, shown
 from .pty import HANDOVER_FD, MAX_CANONICAL_LINE, PtySession, SpawnSpec, longest_line
@@ -24,12 +24,6 @@ SHIPPED_INTEGRATION = Path(__file__).with_name("shell_integration")
 POLL_SECONDS = 0.1  # how often a waiting command is checked for a prompt that waits for input
 CONFIRM_SECONDS = 0.05
 LINE_EDITOR_SECONDS = 0.5  # how long a long command waits for the shell's line editor to take the terminal
-
-
-class TerminalBusy(TerminalError):
-    """A command is already running in the terminal's foreground."""
-
-    code = "TERMINAL_BUSY"
 
 
 COPY_PREFIX = "terminals-shell-integration-"

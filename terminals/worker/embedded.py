@@ -8,7 +8,7 @@ from django.conf import settings
 
 from .. import lifecycle
 from ..remote import here
-from .consumer import TerminalWorker
+from .server import TerminalWorker
 
 _worker: TerminalWorker | None = None
 

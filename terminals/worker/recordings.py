@@ -20,16 +20,12 @@ from pathlib import Path
 from django.conf import settings
 
 from . import records
-from ..runtime.errors import TerminalError
+from ..runtime.errors import RecordingNotFound
 from ..runtime.recording import Recording, digest
 from ..remote import protocol
 
 logger = logging.getLogger(__name__)
 
-
-
-class RecordingNotFound(TerminalError):
-    code = "RECORDING_NOT_FOUND"
 
 
 def directory() -> Path:

@@ -12,7 +12,7 @@ from redis.exceptions import RedisError
 from terminals import metrics
 from terminals.channel_layer import RedisTooOld
 from terminals.environment import separation_warning
-from terminals.worker.consumer import TerminalWorker
+from terminals.worker.server import TerminalWorker
 
 
 class Command(BaseCommand):

@@ -1,0 +1,216 @@
+"""The terminal worker: registers itself, takes requests off the channel layer, hands each to the object that
+answers it, runs its periodic steps, and stops. What it does is in the objects it owns: creation.py (new
+terminals), requests.py and command_requests.py (one handler per message), upkeep.py (heartbeat and sweeps)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.db import close_old_connections
+
+from ..clock import now as database_now
+from ..exceptions import ServiceError, database_unavailable
+from ..remote import leases, protocol
+from ..runtime import integrity, sealed
+from ..runtime.errors import TerminalError
+from ..runtime.manager import Limits, SessionManager
+from ..runtime.processes import process_space
+from ..runtime.pty import ExitStatus
+from . import output_metric, records
+from .command_requests import CommandRequests
+from .creation import Creations
+from .database_queue import DatabaseQueue
+from .placement import (check_run_as, confinement_from_settings, limits_from_settings, stop_ignoring_signals,
+                        terminal_account_kind)
+from .readers import Readers
+from .recordings import RecordingKeeper
+from .requests import Handler, TerminalRequests
+from .streaming import OutputFanout
+from .upkeep import Upkeep
+
+logger = logging.getLogger(__name__)
+
+# Backoff of a listen loop whose channel layer fails (seconds): doubling from the first to the second.
+LISTEN_RETRY_MIN, LISTEN_RETRY_MAX = 0.05, 1.0
+
+
+class TerminalWorker:
+    """Hosts terminals for the web processes that talk to it over the channel layer."""
+
+    def __init__(self, *, limits: Limits | None = None, clock: Callable[[], float] = time.time, layer=None) -> None:
+        self.id = uuid.uuid4().hex
+        self.layer = layer or get_channel_layer()
+        self.channel = ""
+        self.hostname = socket.gethostname()
+        self.process_space = process_space()
+        self.confinement = confinement_from_settings()
+        sealed.use_directory(settings.TERMINALS["SEALED_SHELL_DIR"])
+        self.manager = SessionManager(limits=limits or limits_from_settings(), clock=clock, on_exit=self._on_exit,
+                                      confinement=self.confinement)
+        self.database = DatabaseQueue()
+        self.recordings = RecordingKeeper(self.database.run, clock=clock)
+        # A quarter of the process's Redis connections at most, leaving the rest for requests and replies.
+        self.fanout = OutputFanout(self.layer, concurrency=max(1, min(32, settings.REDIS_MAX_CONNECTIONS // 4)))
+        self.readers = Readers(self.fanout)
+        self.ready = asyncio.Event()
+        self.stopped = asyncio.Event()
+        self._tasks: set[asyncio.Task] = set()
+        self._shutting_down = False
+        place = {"worker_id": self.id, "hostname": self.hostname, "space": self.process_space, "layer": self.layer}
+        self.creations = Creations(**place, manager=self.manager, database=self.database, recordings=self.recordings,
+                                   readers=self.readers, reply=self._reply)
+        self.requests = TerminalRequests(worker_id=self.id, manager=self.manager, database=self.database,
+                                         fanout=self.fanout, confinement=self.confinement)
+        self.commands = CommandRequests(manager=self.manager, database=self.database)
+        self.upkeep = Upkeep(**place, manager=self.manager, database=self.database, fanout=self.fanout,
+                             readers=self.readers, recordings=self.recordings, confinement=self.confinement,
+                             spawn=self._spawn)
+        self._handlers: dict[str, Handler] = {protocol.CREATE: self.creations.handle_create,
+                                              **self.requests.handlers(), **self.commands.handlers()}
+
+    # Starting and stopping
+
+    async def start(self) -> None:
+        """Registers the worker and starts listening; returns once it takes requests."""
+        stop_ignoring_signals()
+        check_run_as()
+        if terminal_account_kind() == integrity.OTHER:
+            # Made now, so a directory that cannot hold the copies shows in /api/health before any terminal starts.
+            await asyncio.to_thread(sealed.SHELLS.copy_of, "/bin/sh")
+        self.database.start()
+        self.channel = await self.layer.new_channel()
+        await self.database.run(lambda: records.worker_register(self.id, self.channel, self.hostname, os.getpid(),
+                                                                 self.process_space))
+        await self.upkeep.mark_lost()
+        await self.upkeep.reap_lost()
+        self._spawn(self._listen(self.channel))
+        self._spawn(self._listen(protocol.CREATE_CHANNEL))
+        self._spawn(self._every(settings.TERMINALS["HEARTBEAT_INTERVAL_MS"] / 1000, self.upkeep.beat))
+        self._spawn(self._every(settings.TERMINALS["SWEEP_INTERVAL_MS"] / 1000, self.upkeep.sweep_idle))
+        self._spawn(self._every(settings.TERMINALS["RECORDING_FLUSH_MS"] / 1000, self.recordings.flush))
+        self.upkeep.started()
+        self._spawn(self._every(leases.RENEW_SECONDS, self.upkeep.expire_leases))
+        output_metric.track(self)
+        self.ready.set()
+        logger.info("terminal worker %s listening on %s", self.id, self.channel)
+
+    async def run(self) -> None:
+        """Starts, then serves until shutdown() is called."""
+        await self.start()
+        await self.stopped.wait()
+
+    async def shutdown(self) -> None:
+        """Ends every terminal, closes their records and stops serving."""
+        if self._shutting_down:
+            return
+        self._shutting_down = True
+        for task in list(self._tasks):
+            task.cancel()
+        statuses = await self.manager.shutdown()
+        await self.recordings.flush(final=True)
+        self.manager.retry_releases()
+        self.confinement.cgroups.remove_parents()
+        await self.database.run(lambda: records.worker_stop(self.id, statuses))
+        self.database.stop()
+        close_old_connections()
+        self.stopped.set()
+        logger.info("terminal worker %s stopped; ended %d terminals", self.id, len(statuses))
+
+    def _spawn(self, coroutine) -> asyncio.Task:
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _every(self, seconds: float, step: Callable[[], Awaitable[object]]) -> None:
+        while True:
+            await asyncio.sleep(seconds)
+            try:
+                await step()
+            except Exception:  # noqa: BLE001 - one failed step must not stop the next
+                logger.exception("periodic step %s failed", step.__name__)
+
+    def _on_exit(self, session_id: str, status: ExitStatus) -> None:
+        """A terminal's first process ended: its live clients are told, and its end recorded (audited as an exit)."""
+        self.fanout.notify(session_id)
+        if self._shutting_down:
+            return
+        self.database.submit(lambda: records.session_end(session_id, status, records.EXITED, release=False, audit_action="exit"))
+
+    # Requests
+
+    async def _listen(self, channel: str) -> None:
+        """Takes requests off channel for as long as the worker runs; the channel layer going away stops nothing.
+
+        While Redis is down or frozen, receiving fails (refused, or the socket timeout): the loop retries with a
+        backoff up to LISTEN_RETRY_MAX seconds and resumes by itself when Redis is back. Nothing needs to be set up
+        again then, even in an empty Redis: the worker's channel and the creation queue are plain keys, written
+        on the next send, and live clients are kept by the worker (streaming.py), not in channel-layer groups.
+        """
+        delay = 0.0
+        while True:
+            try:
+                message = await self.layer.receive(channel)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # noqa: BLE001 - Redis away: keep trying, the service resumes when it returns
+                if not delay:
+                    logger.warning("receiving on %s failed, retrying until the channel layer answers: %s: %s",
+                                   channel, type(error).__name__, error)
+                delay = min(LISTEN_RETRY_MAX, max(LISTEN_RETRY_MIN, delay * 2))
+                await asyncio.sleep(delay)
+                continue
+            if delay:
+                logger.warning("receiving on %s works again", channel)
+                delay = 0.0
+            self._spawn(self.dispatch(message))
+
+    async def dispatch(self, message: dict) -> None:
+        """Runs one request and sends its reply, unless its caller already gave up."""
+        kind = message.get("type", "")
+        if message.get("deadline", float("inf")) < database_now():
+            logger.warning("dropped %s: its caller gave up", message.get("type"))
+            return
+        if kind == protocol.CREATE and not await self.creations.take(message):
+            return
+        handler = self._handlers.get(kind)
+        self.readers.begin(message.get("id"), kind)
+        try:
+            if handler is None:
+                reply = protocol.reply_error("INTERNAL_ERROR", f"unknown request {message.get('type')!r}")
+            else:
+                reply = await self._run_handler(handler, message)
+        finally:
+            self.readers.end(message.get("id"), kind)
+            if kind == protocol.CREATE:
+                self.creations.settled()
+        if message.get("reply_to"):
+            await self._reply(message, reply)
+
+    async def _reply(self, message: dict, reply: dict) -> None:
+        try:
+            await self.layer.send(message["reply_to"], reply)
+        except Exception:  # noqa: BLE001 - the caller times out and reports the worker unavailable
+            logger.exception("replying to %s failed", message.get("type"))
+
+    async def _run_handler(self, handler: Handler, message: dict) -> dict:
+        try:
+            return protocol.reply_ok(await handler(message))
+        except TerminalError as error:
+            return protocol.reply_error(error.code, error.message, error.details)
+        except ServiceError as error:  # the database's refusals (AuditUnavailable)
+            return protocol.reply_error(error.default_code, error.message, error.details)
+        except Exception as error:  # noqa: BLE001 - reported to the caller as an internal error
+            unavailable = database_unavailable(error)  # the database away: said as such, its outage logged once
+            if unavailable is not None:
+                return protocol.reply_error(unavailable.default_code, unavailable.message, unavailable.details)
+            logger.exception("request %s failed", message.get("type"))
+            return protocol.reply_error("INTERNAL_ERROR", "The worker failed to handle the request")
