@@ -350,14 +350,14 @@ MUTANTS = [
     ),
     Mutant(
         "lost-by-clock", "a database outage makes no worker lost",
-        "terminals/worker/records.py",
+        "terminals/worker/bookkeeping.py",
         '''    live = [*Worker.objects.filter(stopped__isnull=True, lost__isnull=True).values_list("id", flat=True), own_worker_id]''',
         '''    live = [*Worker.objects.live().values_list("id", flat=True), own_worker_id]''',
         ("tests/test_split_faults.py::test_a_database_outage_ends_no_terminal_and_loses_no_output",),
     ),
     Mutant(
         "no-readopt", "a worker judged gone while it still ran keeps its terminals",
-        "terminals/worker/records.py",
+        "terminals/worker/bookkeeping.py",
         '''        if row.status == LOST and str(row.id) in running and _readopt(row.id, worker_id):''',
         '''        if False:''',
         ("tests/test_split_faults.py::test_a_worker_judged_gone_while_frozen_takes_its_terminals_back_when_it_resumes",),

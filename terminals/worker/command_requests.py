@@ -9,7 +9,7 @@ from ..runtime.commands import Command
 from ..runtime.errors import CommandNotFound, InvalidRequest, TerminalBusy
 from ..runtime.manager import SessionManager
 from ..runtime.shell import ShellSession
-from . import records
+from . import bookkeeping
 from .database_queue import DatabaseQueue
 from .requests import FIRST_PROMPT_WAIT_SECONDS, Handler
 from .shapes import command_data, command_summary
@@ -51,7 +51,7 @@ class CommandRequests:
         record = session.run_command(message["command"])
         actor, terminal_id = message.get("actor") or {}, message["id"]
         record.on_finish = lambda finished: self.database.submit(
-            lambda: records.command_audit(terminal_id, command_summary(finished), actor)
+            lambda: bookkeeping.command_audit(terminal_id, command_summary(finished), actor)
         )
         if message.get("wait", True):
             # A first prompt that took longer than FIRST_PROMPT_WAIT_SECONDS took that much of the timeout.

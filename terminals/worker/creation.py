@@ -19,11 +19,11 @@ from ..runtime.errors import InvalidRequest
 from ..runtime.manager import SessionManager
 from ..runtime.pty import MARKER_VARIABLE, PtySession, SpawnSpec
 from ..runtime.shell import ShellSession
-from . import records
+from . import bookkeeping
 from .database_queue import DatabaseQueue
 from .placement import account_for
 from .readers import Readers
-from .recordings import RecordingKeeper
+from .recording_files import RecordingKeeper
 from .requests import allowed_size
 
 logger = logging.getLogger(__name__)
@@ -101,7 +101,7 @@ class Creations:
         if settings.TERMINALS["EMBEDDED_WORKER"]:
             return False  # the in-memory channel layer reaches no other process
         declined = [*message.get("declined", []), self.worker_id]
-        channels = await self.database.run(lambda: records.worker_channels_except(declined, self.space,
+        channels = await self.database.run(lambda: bookkeeping.worker_channels_except(declined, self.space,
                                                                                       message.get("host", "")))
         if not channels:
             return False
@@ -155,14 +155,14 @@ class Creations:
         The terminal's row is written before anything starts: a database that cannot take it refuses the create
         (AuditUnavailable) with nothing started. A terminal that started but whose pid and audit row were refused is
         returned with the refusal: the caller hosts it only to end it (none runs off the record)."""
-        reserved = records.session_reserve(message, worker_id=self.worker_id)
+        reserved = bookkeeping.session_reserve(message, worker_id=self.worker_id)
         try:
             session, recording = self._start_terminal(message)
         except BaseException:
-            records.session_abandon(message["id"])
+            bookkeeping.session_abandon(message["id"])
             raise
         try:
-            record = records.session_started(reserved, session.pid, message.get("creation"))
+            record = bookkeeping.session_started(reserved, session.pid, message.get("creation"))
         except Exception as error:  # noqa: BLE001 - handed to the event loop, which ends the terminal
             return session, None, recording, error
         return session, record, recording, None
@@ -194,6 +194,6 @@ class Creations:
         its reserved row, which would otherwise count against its owner's limit."""
         await self.manager.terminate(session_id, signal.SIGKILL, grace=0)
         try:
-            await self.database.run(lambda: records.session_abandon(session_id))
+            await self.database.run(lambda: bookkeeping.session_abandon(session_id))
         except DatabaseError as error:
             logger.error("terminal %s was ended unrecorded; its reserved row stays: %s", session_id, error)

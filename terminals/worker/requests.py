@@ -21,10 +21,10 @@ from ..runtime.manager import SessionManager
 from ..runtime.processes import signal_number
 from ..runtime.pty import ExitStatus, check_window_size
 from ..runtime.shell import ShellSession
-from . import records
+from . import bookkeeping
 from .database_queue import DatabaseQueue
 from .placement import terminal_account_kind
-from .recordings import read_chunk
+from .recording_files import read_chunk
 from .shapes import bytes_data, exit_status_data, info_data, line_read_data, stats_data
 from .streaming import OutputFanout
 
@@ -157,7 +157,7 @@ class TerminalRequests:
         session.resize(message["cols"], message["rows"])
         if session.recording is not None:
             session.recording.resize(message["cols"], message["rows"], self.manager.clock())
-        await self.database.run(lambda: records.session_resize(message["id"], message["cols"], message["rows"]))
+        await self.database.run(lambda: bookkeeping.session_resize(message["id"], message["cols"], message["rows"]))
         return {"terminalId": message["id"], "cols": message["cols"], "rows": message["rows"]}
 
     async def handle_signal(self, message: dict) -> dict:
@@ -193,9 +193,9 @@ class TerminalRequests:
                                               message.get("grace"), release=release)
         status = status or ExitStatus(exit_code=None, signal="SIGKILL")
         self.fanout.notify(session_id)
-        ended_as = records.KILLED if was_alive else None
+        ended_as = bookkeeping.KILLED if was_alive else None
         return await self.database.run(
-            lambda: _record_data(session_id, records.session_end(session_id, status, ended_as, release=release))
+            lambda: _record_data(session_id, bookkeeping.session_end(session_id, status, ended_as, release=release))
         )
 
     # The worker itself

@@ -24,14 +24,14 @@ from ..runtime.errors import TerminalError
 from ..runtime.manager import Limits, SessionManager
 from ..runtime.processes import process_space
 from ..runtime.pty import ExitStatus
-from . import output_metric, records
+from . import output_metric, bookkeeping
 from .command_requests import CommandRequests
 from .creation import Creations
 from .database_queue import DatabaseQueue
 from .placement import (check_run_as, confinement_from_settings, limits_from_settings, stop_ignoring_signals,
                         terminal_account_kind)
 from .readers import Readers
-from .recordings import RecordingKeeper
+from .recording_files import RecordingKeeper
 from .requests import Handler, TerminalRequests
 from .streaming import OutputFanout
 from .upkeep import Upkeep
@@ -87,7 +87,7 @@ class TerminalWorker:
             await asyncio.to_thread(sealed.SHELLS.copy_of, "/bin/sh")
         self.database.start()
         self.channel = await self.layer.new_channel()
-        await self.database.run(lambda: records.worker_register(self.id, self.channel, self.hostname, os.getpid(),
+        await self.database.run(lambda: bookkeeping.worker_register(self.id, self.channel, self.hostname, os.getpid(),
                                                                  self.process_space))
         await self.upkeep.mark_lost()
         await self.upkeep.reap_lost()
@@ -118,7 +118,7 @@ class TerminalWorker:
         await self.recordings.flush(final=True)
         self.manager.retry_releases()
         self.confinement.cgroups.remove_parents()
-        await self.database.run(lambda: records.worker_stop(self.id, statuses))
+        await self.database.run(lambda: bookkeeping.worker_stop(self.id, statuses))
         self.database.stop()
         close_old_connections()
         self.stopped.set()
@@ -143,7 +143,7 @@ class TerminalWorker:
         self.fanout.notify(session_id)
         if self._shutting_down:
             return
-        self.database.submit(lambda: records.session_end(session_id, status, records.EXITED, release=False, audit_action="exit"))
+        self.database.submit(lambda: bookkeeping.session_end(session_id, status, bookkeeping.EXITED, release=False, audit_action="exit"))
 
     # Requests
 

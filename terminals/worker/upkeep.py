@@ -18,12 +18,12 @@ from ..runtime.manager import SessionManager
 from ..runtime.processes import marked_processes
 from ..runtime.pty import MARKER_VARIABLE, ExitStatus
 from ..runtime.signals import kill_marked
-from . import records
+from . import bookkeeping
 from .database_queue import DatabaseQueue
 from .liveness import Silence
 from .placement import cgroup_prefix
 from .readers import Readers
-from .recordings import RecordingKeeper
+from .recording_files import RecordingKeeper
 from .streaming import OutputFanout
 
 logger = logging.getLogger(__name__)
@@ -54,8 +54,8 @@ class Upkeep:
         activity = {session_id: session.last_activity for session_id, session in self.manager.items()}
         running = frozenset(session_id for session_id, session in self.manager.items() if session.is_alive)
         try:
-            await asyncio.to_thread(records.worker_alive, self.worker_id)
-            beat = await self.database.run(lambda: records.worker_beat(self.worker_id, activity, running))
+            await asyncio.to_thread(bookkeeping.worker_alive, self.worker_id)
+            beat = await self.database.run(lambda: bookkeeping.worker_beat(self.worker_id, activity, running))
         except Exception:
             self.silence.interrupted()  # the database did not take this beat: nobody is judged across the gap
             raise
@@ -76,7 +76,7 @@ class Upkeep:
         try:
             status = await self.manager.terminate(session_id)
             self.fanout.notify(session_id)
-            await self.database.run(lambda: records.vanished_end(session_id, status))
+            await self.database.run(lambda: bookkeeping.vanished_end(session_id, status))
             logger.warning("ended terminal %s: its record was deleted while it ran", session_id)
         except Exception:  # noqa: BLE001 - the next heartbeat tries again
             logger.exception("ending terminal %s, whose record was deleted, failed", session_id)
@@ -104,7 +104,7 @@ class Upkeep:
         """Marks lost the terminals of workers that are gone (any live worker may do it), and ends what those
         of workers whose process is gone from this host left running here."""
         silent = self.silence.silent()
-        lost = await self.database.run(lambda: records.sessions_mark_lost(self.space, self.worker_id, silent))
+        lost = await self.database.run(lambda: bookkeeping.sessions_mark_lost(self.space, self.worker_id, silent))
         if lost:
             logger.warning("marked %d terminals of departed workers lost", len(lost))
             here = [terminal_id for terminal_id, endable in lost.items() if endable]
@@ -136,7 +136,7 @@ class Upkeep:
             if not carried:
                 return 0
             space = self.space  # a frozen worker's terminals here are left to it (it takes them back)
-            terminal_ids = await self.database.run(lambda: records.sessions_lost_among(list(carried), space))
+            terminal_ids = await self.database.run(lambda: bookkeeping.sessions_lost_among(list(carried), space))
         doomed = [terminal_id for terminal_id in terminal_ids if terminal_id not in self.manager]  # never its own
         if not doomed:
             return 0
@@ -155,7 +155,7 @@ class Upkeep:
             try:
                 status = await self.manager.terminate(session_id, signal.SIGHUP)
                 status = status or ExitStatus(exit_code=None, signal="SIGKILL")
-                await self.database.run(lambda: records.session_end(session_id, status, records.TIMED_OUT, release=True, audit_action="timeout"))
+                await self.database.run(lambda: bookkeeping.session_end(session_id, status, bookkeeping.TIMED_OUT, release=True, audit_action="timeout"))
                 ended += 1
             except Exception:  # noqa: BLE001 - one broken terminal must not stop the sweep
                 logger.exception("ending idle terminal %s failed", session_id)
@@ -165,7 +165,7 @@ class Upkeep:
         for session_id in self.manager.idle_sessions(ended=True):
             # Output of an ended terminal nobody read for a whole timeout is freed, so memory stays bounded.
             self.manager.release(session_id)
-            await self.database.run(lambda: records.session_end(session_id, ExitStatus(None, None), None, release=True))
+            await self.database.run(lambda: bookkeeping.session_end(session_id, ExitStatus(None, None), None, release=True))
         return ended
 
     async def expire_leases(self) -> None:
@@ -184,5 +184,5 @@ class Upkeep:
             except Exception as error:  # noqa: BLE001 - nobody may read there, which is the usual case
                 logger.info("telling %s its stream ended failed: %s", subscriber.channel, error)
             if subscriber.actor is not None:
-                self.database.submit(lambda terminal_id=terminal_id, subscriber=subscriber: records.lease_expired(
+                self.database.submit(lambda terminal_id=terminal_id, subscriber=subscriber: bookkeeping.lease_expired(
                     terminal_id, subscriber.channel, subscriber.actor))

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from . import records
+from . import bookkeeping
 from ..runtime.errors import RecordingNotFound
 from ..runtime.recording import Recording, digest
 from ..remote import protocol
@@ -113,7 +113,7 @@ class RecordingKeeper:
         except OSError as error:
             logger.error("recording of terminal %s cannot be read back to seal it: %s", terminal_id, error)
             return
-        await self._run_database(lambda: records.recording_finished(terminal_id, size, sha256, recording.capped))
+        await self._run_database(lambda: bookkeeping.recording_finished(terminal_id, size, sha256, recording.capped))
 
     # Retention
 
@@ -122,7 +122,7 @@ class RecordingKeeper:
         days = settings.TERMINALS["RECORDING_RETENTION_DAYS"]
         if not days:
             return 0
-        expired = await self._run_database(lambda: records.recordings_expired(hostname, days))
+        expired = await self._run_database(lambda: bookkeeping.recordings_expired(hostname, days))
         for terminal_id, path in expired:
             try:
                 await asyncio.to_thread(os.unlink, path)
@@ -131,7 +131,7 @@ class RecordingKeeper:
             except OSError as error:
                 logger.error("deleting expired recording %s failed: %s", path, error)
                 continue
-            await self._run_database(lambda terminal_id=terminal_id: records.recording_deleted(terminal_id, days))
+            await self._run_database(lambda terminal_id=terminal_id: bookkeeping.recording_deleted(terminal_id, days))
         return len(expired)
 
 
