@@ -227,6 +227,8 @@ def test_stolen_typed_input_gives_no_secret(api, account, workshop, shell):
     wait_for(stopped.exists, 20, "the thief stopping the shell")
     result = api.command(terminal, "echo ran; (exit 5)", timeoutMs=3000)
     assert result["status"] == "running" and result["exitCode"] is None, result
+    # The thief prints its report once it has read what was typed: on a loaded machine, after the wait above ends.
+    wait_for(lambda: "forged from typed input" in api.full_output(terminal), 20, "the thief's report")
     output = api.full_output(terminal)
     assert "forged from typed input: 0 candidates" in output and "ran" not in output.split("forged from")[1], output
 
