@@ -121,8 +121,11 @@ def test_seed_001_scenarios_a_to_d_through_terminally(server, keys, tmp_path):
 
 
 async def wait_logs(call, tab: str, needle: str) -> None:
+    """Waits for a line the program printed: the whole line, so the echo of the command that prints it (which
+    holds the needle too, and shows first) does not count as the program running."""
     async def shown():
-        return needle in (await call("read_logs_from_tab", window_id=tab, lines=20, strip_ansi=True))["content"]
+        content = (await call("read_logs_from_tab", window_id=tab, lines=20, strip_ansi=True))["content"]
+        return needle in [line.strip() for line in content.splitlines()]
 
     await eventually(shown, f"{needle!r} in tab {tab}", timeout=20.0)
 

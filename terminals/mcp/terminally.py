@@ -179,7 +179,9 @@ async def stop_process(
         sessions.session_signal(actor=actor, terminal_id=window_id, signal=signal)
         deadline = time.monotonic() + sessions.wait_bound_ms(actor, STOP_SECONDS * 1000) / 1000
         while time.monotonic() < deadline:
-            if not sessions.session_detail(user=actor.user, terminal_id=window_id).get("busy"):
+            # session_live, not session_detail: the detail leaves "busy" out when the worker does not answer,
+            # which would read as stopped.
+            if not sessions.session_live(user=actor.user, terminal_id=window_id)["busy"]:
                 return True
             time.sleep(0.05)
         return False
