@@ -16,7 +16,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.consumer import get_handler_name
 from django.db import DatabaseError
 
-from .. import access, attachments, json_input, lifecycle, live_connections, metrics, sessions
+from .. import access, attachments, lifecycle, live_connections, metrics, sessions
 from ..audit import Actor
 from ..exceptions import (
     AuditUnavailable,
@@ -40,7 +40,7 @@ from .close_codes import (
     CLOSE_UNAUTHORIZED,
     CLOSE_UNAVAILABLE,
 )
-from .frames import MAX_FRAME_BYTES, shown
+from . import frames
 from .handshake import authenticate, from_byte, origin_allowed
 from .stopping import open_connections
 
@@ -191,18 +191,15 @@ class TerminalConsumer(AsyncWebsocketConsumer):
                                                 "connection stays open. If it happens again, report it.")
 
     async def _receive(self, text_data, bytes_data) -> None:
-        raw = text_data if text_data is not None else (bytes_data or b"").decode("utf-8", "replace")
-        if len(raw) > MAX_FRAME_BYTES:
-            return await self._error("INVALID_INPUT", f"frame larger than {MAX_FRAME_BYTES} bytes")
         try:
-            frame = json_input.loads(raw)
-        except json_input.UnkeepableJson as problem:
-            return await self._error("INVALID_INPUT", f"frames are JSON objects: {problem}")
+            frame = frames.read(text_data, bytes_data)
+        except frames.FrameRefused as refusal:
+            return await self._error("INVALID_INPUT", str(refusal))
         kind = frame.get("type") if isinstance(frame, dict) else None
         handlers = {"input": self._input, "resize": self._resize, "signal": self._signal, "ack": self._ack}
         handler = handlers.get(kind) if isinstance(kind, str) else None  # a list or an object cannot be a key
         if handler is None:
-            return await self._error("INVALID_INPUT", f"unknown frame type {shown(kind)}: a frame's type is one of "
+            return await self._error("INVALID_INPUT", f"unknown frame type {frames.shown(kind)}: a frame's type is one of "
                                                       f"{', '.join(handlers)}")
         if self.read_only and kind != "ack":
             return await self._error("FORBIDDEN", "this connection is read-only (mode=view)")
