@@ -82,7 +82,7 @@ def handle(payload, *, actor: Actor, on_call: Callable[[Call], None] = _ignore,
         message = "empty batch" if not payload else f"a batch holds at most {MAX_BATCH} calls"
         return _refuse(RpcError(INVALID_REQUEST, {"message": message}), on_call)
     responses = [handle_one(request, actor, on_call, admit) for request in payload]
-    return [response for response in responses if response is not None] or None
+    return [answer for answer in responses if answer is not None] or None
 
 
 def refuse(error: RpcError | ServiceError, *, on_call: Callable[[Call], None] = _ignore) -> dict:
@@ -93,7 +93,6 @@ def refuse(error: RpcError | ServiceError, *, on_call: Callable[[Call], None] = 
 def _refuse(error: RpcError, on_call: Callable[[Call], None]) -> dict:
     on_call(Call(method=None, id=None, outcome=error.outcome, terminal_id=None))
     return response(None, error=error)
-
 
 
 def handle_one(request, actor: Actor, on_call: Callable[[Call], None], admit: Callable[[str], None]) -> dict | None:
@@ -128,7 +127,6 @@ def _as_rpc_error(problem: Exception, method) -> RpcError:
     return RpcError(INTERNAL_ERROR)
 
 
-
 def _parse(request, request_id) -> tuple[str, dict]:
     """The method and params of a well-formed request; raises RpcError otherwise."""
     if not isinstance(request, dict):
@@ -158,7 +156,6 @@ def _refuse_unknown(method: str, params: dict) -> None:
     if names:
         raise RpcError(INVALID_PARAMS, {"field": field_names.shown(names[0]), "accepted": sorted(accepted),
                                         "message": field_names.problem(names[0], accepted, "parameter")})
-
 
 
 def _terminal(actor: Actor, params: dict) -> str:

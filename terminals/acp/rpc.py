@@ -66,14 +66,12 @@ class Call:
     terminal_id: uuid.UUID | None
 
 
-
 def parse_body(body: bytes):
     """The JSON value of a request body; raises RpcError (PARSE_ERROR) saying what is wrong with it."""
     try:
         return json_input.loads(body)
     except json_input.UnkeepableJson as problem:
         raise RpcError(PARSE_ERROR, {"message": str(problem)}) from None
-
 
 
 def request_id_of(request):
