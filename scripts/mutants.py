@@ -234,7 +234,7 @@ MUTANTS = [
     ),
     Mutant(
         "rest-unknown-query-ignored", "an unknown query parameter is refused, not ignored",
-        "terminals/api/views.py",
+        "terminals/api/strict.py",
         '''        s.refuse_unknown(request.query_params.keys(), accepted, "query parameter")''',
         '''        pass''',
         ("tests/test_api_first_contact.py::test_unknown_query_parameter_is_refused_naming_the_one_meant",),

@@ -29,77 +29,36 @@ Decisions the protocol leaves open:
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from django.conf import settings
 
-from .. import field_names, json_input, sessions
+from .. import field_names, sessions
 from ..audit import Actor
 from ..exceptions import ServiceError, TerminalNotFound, database_unavailable
 from ..ids import parse_uuid
-from ..models import LARGEST_OUTPUT_BYTE_LIMIT
-from ..redaction import redact
+from . import parameters
+from .rpc import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    LARGEST_ID,
+    METHOD_NOT_FOUND,
+    NO_ID,
+    SERVER_ERROR,
+    SMALLEST_ID,
+    Call,
+    RpcError,
+    audited_id,
+    audited_method,
+    is_notification,
+    request_id_of,
+    response,
+)
 
 logger = logging.getLogger(__name__)
 
-PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
-SERVER_ERROR = -32000
-MESSAGES = {
-    PARSE_ERROR: "Parse error",
-    INVALID_REQUEST: "Invalid Request",
-    METHOD_NOT_FOUND: "Method not found",
-    INVALID_PARAMS: "Invalid params",
-    INTERNAL_ERROR: "Internal error",
-    SERVER_ERROR: "Server error",
-}
-# What the audit trail records as the outcome of a call refused before it reached the service.
-OUTCOMES = {
-    PARSE_ERROR: "PARSE_ERROR",
-    INVALID_REQUEST: "INVALID_REQUEST",
-    METHOD_NOT_FOUND: "METHOD_NOT_FOUND",
-    INVALID_PARAMS: "INVALID_PARAMS",
-    INTERNAL_ERROR: "INTERNAL_ERROR",
-    SERVER_ERROR: "SERVER_ERROR",
-}
 MAX_BATCH = 100
-SMALLEST_ID, LARGEST_ID = -(2**63), 2**63 - 1  # RequestId is an int64
-AUDIT_TEXT = 200  # characters of a method or id kept in the audit row
-MAX_SESSION_ID = 200
-NO_ID = object()  # a request without "id" is a notification and gets no response
-
-
-class RpcError(Exception):
-    """A JSON-RPC error object for the call being answered."""
-
-    def __init__(self, code: int, data: dict | None = None, outcome: str | None = None) -> None:
-        super().__init__(MESSAGES[code])
-        self.code = code
-        self.data = data
-        self.outcome = outcome or OUTCOMES[code]
-
-    @classmethod
-    def from_service(cls, error: ServiceError) -> RpcError:
-        """The service's error as a JSON-RPC server error carrying the REST API's code."""
-        data = {"code": error.default_code, "message": error.message, "details": error.details}
-        return cls(SERVER_ERROR, data, error.default_code)
-
-    def as_dict(self) -> dict:
-        error = {"code": self.code, "message": MESSAGES[self.code]}
-        if self.data is not None:
-            error["data"] = self.data
-        return error
-
-
-@dataclass(frozen=True)
-class Call:
-    """One call as the audit trail records it: its method, id, outcome and the terminal it named."""
-
-    method: str | None
-    id: str | int | float | None
-    outcome: str
-    terminal_id: uuid.UUID | None
 
 
 def _ignore(call: Call) -> None:
@@ -123,7 +82,7 @@ def handle(payload, *, actor: Actor, on_call: Callable[[Call], None] = _ignore,
         message = "empty batch" if not payload else f"a batch holds at most {MAX_BATCH} calls"
         return _refuse(RpcError(INVALID_REQUEST, {"message": message}), on_call)
     responses = [handle_one(request, actor, on_call, admit) for request in payload]
-    return [response for response in responses if response is not None] or None
+    return [answer for answer in responses if answer is not None] or None
 
 
 def refuse(error: RpcError | ServiceError, *, on_call: Callable[[Call], None] = _ignore) -> dict:
@@ -133,23 +92,12 @@ def refuse(error: RpcError | ServiceError, *, on_call: Callable[[Call], None] = 
 
 def _refuse(error: RpcError, on_call: Callable[[Call], None]) -> dict:
     on_call(Call(method=None, id=None, outcome=error.outcome, terminal_id=None))
-    return _response(None, error=error)
-
-
-# Reading the body
-
-
-def parse_body(body: bytes):
-    """The JSON value of a request body; raises RpcError (PARSE_ERROR) saying what is wrong with it."""
-    try:
-        return json_input.loads(body)
-    except json_input.UnkeepableJson as problem:
-        raise RpcError(PARSE_ERROR, {"message": str(problem)}) from None
+    return response(None, error=error)
 
 
 def handle_one(request, actor: Actor, on_call: Callable[[Call], None], admit: Callable[[str], None]) -> dict | None:
     """Runs one call; returns its response, or None for a notification."""
-    request_id = _request_id(request)
+    request_id = request_id_of(request)
     method = request.get("method") if isinstance(request, dict) else None
     terminal_id = None
     try:
@@ -161,10 +109,10 @@ def handle_one(request, actor: Actor, on_call: Callable[[Call], None], admit: Ca
             terminal_id = parse_uuid(result["terminalId"])
     except Exception as problem:  # noqa: BLE001 - every failure is answered as this call's error, never a 500
         error = _as_rpc_error(problem, method)
-        on_call(Call(_audited(method), _audited_id(request_id), error.outcome, terminal_id))
-        return None if _is_notification(request, error) else _response(request_id, error=error)
-    on_call(Call(method, _audited_id(request_id), "ok", terminal_id))
-    return None if request_id is NO_ID else _response(request_id, result=result)
+        on_call(Call(audited_method(method), audited_id(request_id), error.outcome, terminal_id))
+        return None if is_notification(request, error) else response(request_id, error=error)
+    on_call(Call(method, audited_id(request_id), "ok", terminal_id))
+    return None if request_id is NO_ID else response(request_id, result=result)
 
 
 def _as_rpc_error(problem: Exception, method) -> RpcError:
@@ -177,52 +125,6 @@ def _as_rpc_error(problem: Exception, method) -> RpcError:
         return RpcError.from_service(unavailable)
     logger.exception("ACP call %r failed", method)
     return RpcError(INTERNAL_ERROR)
-
-
-def _request_id(request):
-    """The request's id, NO_ID for a notification, or None when the id itself is unusable."""
-    if not isinstance(request, dict) or "id" not in request:
-        return NO_ID
-    request_id = request["id"]
-    return request_id if _is_request_id(request_id) else None
-
-
-def _is_request_id(value) -> bool:
-    """What the ACP schema's RequestId allows: null, a string or an int64 (never a float, nor a bool)."""
-    if value is None or isinstance(value, str):
-        return True
-    return isinstance(value, int) and not isinstance(value, bool) and SMALLEST_ID <= value <= LARGEST_ID
-
-
-def _is_notification(request, error: RpcError) -> bool:
-    # A request too malformed to be a notification is answered even without an id.
-    return isinstance(request, dict) and "id" not in request and error.code != INVALID_REQUEST
-
-
-def _audited(method):
-    return _safe_text(method) if isinstance(method, str) else None
-
-
-def _audited_id(request_id):
-    if request_id is NO_ID:
-        return None
-    return _safe_text(request_id) if isinstance(request_id, str) else request_id
-
-
-def _safe_text(text: str) -> str:
-    """Text any database's JSON column takes: keys masked, cut short, NUL and lone surrogates replaced."""
-    text = redact(text[: AUDIT_TEXT * 2])[:AUDIT_TEXT]
-    text = text.encode("utf-8", errors="replace").decode("utf-8").replace("\x00", "\ufffd")
-    return text
-
-
-def _response(request_id, *, result=None, error: RpcError | None = None) -> dict:
-    response = {"jsonrpc": "2.0", "id": None if request_id is NO_ID else request_id}
-    if error is not None:
-        response["error"] = error.as_dict()
-    else:
-        response["result"] = result
-    return response
 
 
 def _parse(request, request_id) -> tuple[str, dict]:
@@ -243,7 +145,7 @@ def _parse(request, request_id) -> tuple[str, dict]:
     if method not in METHODS:
         raise RpcError(METHOD_NOT_FOUND, {"method": method})
     if isinstance(params, list):
-        raise _invalid("params", "must be an object of named parameters")
+        raise parameters.invalid("params", "must be an object of named parameters")
     _refuse_unknown(method, params or {})
     return method, params or {}
 
@@ -256,96 +158,10 @@ def _refuse_unknown(method: str, params: dict) -> None:
                                         "message": field_names.problem(names[0], accepted, "parameter")})
 
 
-# Parameters
-
-
-def _invalid(field: str, message: str) -> RpcError:
-    return RpcError(INVALID_PARAMS, {"field": field, "message": message})
-
-
-def _string(params: dict, name: str, *, required: bool = True, max_length: int | None = None) -> str | None:
-    value = params.get(name)
-    if value is None:
-        if required:
-            raise _invalid(name, "is required")
-        return None
-    if not isinstance(value, str) or (required and not value):
-        raise _invalid(name, "must be a non-empty string" if required else "must be a string")
-    if max_length is not None and len(value) > max_length:
-        raise _invalid(name, f"must be at most {max_length} characters")
-    _refuse_nul(name, value)
-    return value
-
-
-def _refuse_nul(name: str, *texts: str) -> None:
-    # A command line, an environment and a path end at NUL, and PostgreSQL text cannot hold it.
-    if any("\x00" in text for text in texts):
-        raise _invalid(name, "must not contain NUL (\\u0000)")
-
-
-def _strings(params: dict, name: str) -> list[str]:
-    value = params.get(name)
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise _invalid(name, "must be a list of strings")
-    _refuse_nul(name, *value)
-    return value
-
-
-def _env(params: dict) -> dict[str, str]:
-    value = params.get("env")
-    if value is None:
-        return {}
-    if not isinstance(value, list):
-        raise _invalid("env", "must be a list of {name, value}")
-    for item in value:
-        if not isinstance(item, dict) or set(item) != {"name", "value"}:
-            raise _invalid("env", "each item must be exactly {name, value}")
-        if not isinstance(item["name"], str) or not isinstance(item["value"], str):
-            raise _invalid("env", "name and value must be strings")
-        _refuse_nul("env", item["name"], item["value"])
-    # A name given twice keeps its last value, as a shell's assignments would.
-    return {item["name"]: item["value"] for item in value}
-
-
-def _cwd(params: dict) -> str | None:
-    cwd = _string(params, "cwd", required=False)
-    if cwd is not None and not cwd.startswith("/"):
-        raise _invalid("cwd", "must be an absolute path")
-    return cwd
-
-
-def _output_byte_limit(params: dict) -> int | None:
-    value = params.get("outputByteLimit")
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= LARGEST_OUTPUT_BYTE_LIMIT:
-        raise _invalid("outputByteLimit", f"must be an integer from 1 to {LARGEST_OUTPUT_BYTE_LIMIT}")
-    return value
-
-
-def _record(params: dict) -> bool:
-    """`_meta: {"record": true}` asks for the terminal to be recorded (ACP leaves _meta to implementations)."""
-    meta = params.get("_meta")
-    if meta is None:
-        return False
-    if not isinstance(meta, dict):
-        raise _invalid("_meta", "must be an object")
-    value = meta.get("record", False)
-    if not isinstance(value, bool):
-        raise _invalid("_meta.record", "must be true or false")
-    return value
-
-
-def _session_id(params: dict) -> str:
-    return _string(params, "sessionId", max_length=MAX_SESSION_ID)
-
-
 def _terminal(actor: Actor, params: dict) -> str:
     """The terminalId of a terminal the caller may address in this session; raises otherwise."""
-    session_id = _session_id(params)
-    terminal_id = _string(params, "terminalId")
+    session_id = parameters.session_id(params)
+    terminal_id = parameters.string(params, "terminalId")
     record = sessions.session_get_for(user=actor.user, terminal_id=terminal_id)
     if record.session_id != session_id:
         raise TerminalNotFound(f"Terminal {terminal_id} not found")
@@ -356,11 +172,11 @@ def _terminal(actor: Actor, params: dict) -> str:
 
 
 def terminal_create(actor: Actor, params: dict) -> dict:
-    session_id, command = _session_id(params), _string(params, "command")
-    args, env, cwd, limit = _strings(params, "args"), _env(params), _cwd(params), _output_byte_limit(params)
+    session_id, command = parameters.session_id(params), parameters.string(params, "command")
+    args, env, cwd, limit = parameters.strings(params, "args"), parameters.env(params), parameters.cwd(params), parameters.output_byte_limit(params)
     created = sessions.session_create(
         actor=actor, command=command, args=args, env=env, cwd=cwd, output_byte_limit=limit,
-        session_id=session_id, pty=True, name="", record=_record(params),
+        session_id=session_id, pty=True, name="", record=parameters.record(params),
     )
     return {"terminalId": created["terminalId"]}
 

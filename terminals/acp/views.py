@@ -18,6 +18,7 @@ from ..exceptions import ErrorEnvelope, ServiceError, as_service_error, retry_af
 from ..openapi import extend_schema
 from ..throttling import ApiKeyRateThrottle, CreateRateThrottle
 from . import methods as acp
+from . import rpc
 
 DESCRIPTION = """\
 JSON-RPC 2.0: one request object or a batch (an array) of them. Methods: terminal/create,
@@ -37,7 +38,7 @@ whole this way also carries a Retry-After header. A missing or bad API key gets 
 """
 
 
-def _audit_call(actor: Actor, call: acp.Call) -> None:
+def _audit_call(actor: Actor, call: rpc.Call) -> None:
     audit(actor, "acp", outcome=call.outcome, terminal_id=call.terminal_id, method=call.method, id=call.id)
 
 
@@ -78,11 +79,11 @@ class AcpView(APIView):
         on_call = functools.partial(_audit_call, actor)
         # The body is read here, not by the parser, so malformed JSON is answered in JSON-RPC, not the REST envelope.
         try:
-            payload = acp.parse_body(request.body)
+            payload = rpc.parse_body(request.body)
         except RequestDataTooBig:
             message = f"the body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes"
-            return Response(acp.refuse(acp.RpcError(acp.INVALID_REQUEST, {"message": message}), on_call=on_call))
-        except acp.RpcError as error:
+            return Response(acp.refuse(rpc.RpcError(rpc.INVALID_REQUEST, {"message": message}), on_call=on_call))
+        except rpc.RpcError as error:
             return Response(acp.refuse(error, on_call=on_call))
         answer = acp.handle(payload, actor=actor, on_call=on_call, admit=functools.partial(_admit, request))
         return Response(status=204) if answer is None else Response(answer)

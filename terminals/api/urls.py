@@ -4,7 +4,9 @@ from django.urls import include, path
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework.routers import SimpleRouter
 
-from .views import AuditViewSet, HealthView, LivenessView, MetricsView, ReadinessView, TerminalViewSet
+from .audit_views import AuditViewSet
+from .health_views import HealthView, LivenessView, MetricsView, ReadinessView
+from .views import TerminalViewSet
 
 
 def on_first_request(make_view):

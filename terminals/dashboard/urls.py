@@ -3,7 +3,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from . import views
+from . import audit_views, key_views, recording_views, views
 from .security import with_headers
 
 app_name = "dashboard"
@@ -21,17 +21,17 @@ urlpatterns = [
     path("terminals/<uuid:terminal_id>/commands", views.terminal_commands, name="terminal_commands"),
     path("terminals/<uuid:terminal_id>/watchers", views.terminal_watchers, name="terminal_watchers"),
     path("terminals/<uuid:terminal_id>/output.txt", views.terminal_download, name="terminal_download"),
-    path("recordings/", views.recording_list, name="recordings"),
-    path("recordings/<uuid:terminal_id>/", views.recording_page, name="recording"),
-    path("recordings/<uuid:terminal_id>.cast", views.recording_file, name="recording_file"),
-    path("audit/", views.audit_list, name="audit"),
-    path("audit/verify", views.audit_verify, name="audit_verify"),
-    path("keys/", views.key_list, name="keys"),
-    path("keys/new", views.key_create, name="key_create"),
-    path("keys/<str:prefix>/revoke", views.key_revoke, name="key_revoke"),
-    path("users/new", views.user_create, name="user_create"),
+    path("recordings/", recording_views.recording_list, name="recordings"),
+    path("recordings/<uuid:terminal_id>/", recording_views.recording_page, name="recording"),
+    path("recordings/<uuid:terminal_id>.cast", recording_views.recording_file, name="recording_file"),
+    path("audit/", audit_views.audit_list, name="audit"),
+    path("audit/verify", audit_views.audit_verify, name="audit_verify"),
+    path("keys/", key_views.key_list, name="keys"),
+    path("keys/new", key_views.key_create, name="key_create"),
+    path("keys/<str:prefix>/revoke", key_views.key_revoke, name="key_revoke"),
+    path("users/new", key_views.user_create, name="user_create"),
     # path, not str: a user name may hold a "/" (made in the admin or by create_user), and reversing a str route
     # for it raised NoReverseMatch on the keys page, locking staff out of key and user management.
-    path("users/<path:username>/change", views.user_change, name="user_change"),
+    path("users/<path:username>/change", key_views.user_change, name="user_change"),
     path("workers/", views.worker_list, name="workers"),
 ]

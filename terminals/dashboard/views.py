@@ -1,4 +1,5 @@
-"""The dashboard's pages. Thin: each reads the request, calls a core use case as the logged-in user, and renders.
+"""The dashboard's terminal pages, its workers page and its error pages. Thin: each reads the request, calls a core
+use case as the logged-in user, and renders. The other sections: audit_views.py, recording_views.py, key_views.py.
 
 A terminal, key or audit row another user owns answers exactly like an unknown one (404), as in the API.
 """
@@ -6,7 +7,6 @@ A terminal, key or audit row another user owns answers exactly like an unknown o
 from __future__ import annotations
 
 import re
-import secrets
 import shlex
 import time
 
@@ -14,36 +14,27 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AnonymousUser
-from django.core.paginator import Paginator
-from django.http import Http404, HttpResponse, StreamingHttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
-from django.utils.dateparse import parse_datetime
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from .. import keys, recordings, sessions
-from ..audit import Actor, client_address, last_hash, verify_chain
-from ..audit_events import audit_events
+from .. import sessions
 from ..log_filters import log_refusal
-from ..exceptions import InvalidInput, RecordingNotFound, ServiceError, TerminalNotFound, retry_after
-from ..ids import parse_uuid
-from ..models import ApiKey, Recording, TerminalSession
+from ..exceptions import InvalidInput, ServiceError, TerminalNotFound, retry_after
+from ..models import TerminalSession
 from ..throttling import count_creation
-from .security import page, player_page, with_policy
+from .form_input import actor, error_message
+from .security import page, with_policy
 
 STATUSES = ["active", "all", *[status for status in TerminalSession.Status.values if status != "active"]]
-AUDIT_PAGE = 50
 SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP", "SIGKILL"]
 # What the list asks the workers (foreground process, viewers): for its newest rows, within a bound, so a slow or
 # unreachable worker costs the page at most LIVE_BUDGET_SECONDS.
 LIVE_ROWS = 100
 LIVE_REPLY_SECONDS = 0.5
 LIVE_BUDGET_SECONDS = 2.0
-
-
-def actor(request) -> Actor:
-    return Actor(user=request.user, source=client_address(request))
 
 
 def _visible_terminal(request, terminal_id) -> dict:
@@ -155,7 +146,7 @@ def terminal_create(request):
             command=words[0] if words else None, args=words[1:], cwd=form.get("cwd") or None,
             name=form.get("name", "")[:100], cols=cols, rows=rows, record=form.get("record") == "on")
     except (ServiceError, ValueError) as error:
-        messages.error(request, f"Not created: {_message(error)}")
+        messages.error(request, f"Not created: {error_message(error)}")
         return redirect("dashboard:terminals")
     return redirect("dashboard:terminal", terminal_id=created["terminalId"])
 
@@ -172,7 +163,7 @@ def terminal_end(request, terminal_id):
         ended = sessions.session_terminate(actor=actor(request), terminal_id=terminal_id, signal=signal)
         messages.success(request, f"Ended with {signal}: exit code {ended.get('exitCode')}, signal {ended.get('signal')}")
     except ServiceError as error:
-        messages.error(request, f"Not ended: {_message(error)}")
+        messages.error(request, f"Not ended: {error_message(error)}")
     return redirect(back)
 
 
@@ -211,7 +202,7 @@ def terminal_share(request, terminal_id):
             sessions.session_share(actor=actor(request), terminal_id=terminal_id, username=username)
             messages.success(request, f"{username} can now watch this terminal, read-only, from their Terminals page.")
     except ServiceError as error:
-        messages.error(request, f"Not shared: {_message(error)}")
+        messages.error(request, f"Not shared: {error_message(error)}")
     return redirect("dashboard:terminal", terminal_id=terminal_id)
 
 
@@ -251,215 +242,6 @@ def terminal_download(request, terminal_id):
     return response
 
 
-# Audit
-
-
-def _moments(request, filters: dict) -> dict:
-    """The filters' since and until as dates and times (ISO 8601), None when empty; a value that is not a date and
-    time is said on the page, and not applied."""
-    moments = {}
-    for name in ("since", "until"):
-        try:
-            moments[name] = _moment(name, filters[name])
-        except InvalidInput as error:
-            messages.error(request, f"Not filtered by {name}: {error.message}")
-            moments[name] = None
-    return moments
-
-
-def _moment(name: str, value: str):
-    """The date and time a form field holds (ISO 8601), None when empty; InvalidInput when it is no date."""
-    if not value:
-        return None
-    try:
-        moment = parse_datetime(value)  # None when the form is wrong, ValueError for a day that does not exist
-    except ValueError:
-        moment = None
-    if moment is None:
-        raise InvalidInput(f"{name}: {value!r} is not a date and time; write it as 2025-02-28T13:45")
-    return moment
-
-
-@page
-def audit_list(request):
-    filters = {name: request.GET.get(name, "").strip() for name in ("user", "action", "outcome", "terminal",
-                                                                    "since", "until")}
-    terminal = filters["terminal"]
-    events = audit_events(user=request.user, terminal=terminal if parse_uuid(terminal) else None,
-                          action=filters["action"], outcome=filters["outcome"], username=filters["user"],
-                          **_moments(request, filters))
-    if terminal and not parse_uuid(terminal):
-        events = events.none()  # no terminal has that id
-    listed = Paginator(events, AUDIT_PAGE).get_page(request.GET.get("page"))
-    # A row about a recorded terminal opens its recording.
-    terminal_ids = {event.terminal_id for event in listed if event.terminal_id}
-    recorded = set(recordings.recordings_visible_to(request.user).filter(
-        terminal_id__in=terminal_ids, deleted__isnull=True).values_list("terminal_id", flat=True))
-    for event in listed:
-        event.recorded = event.terminal_id in recorded
-    query = "&".join(f"{name}={value}" for name, value in filters.items() if value)
-    actions = audit_events(user=request.user).values_list("action", flat=True).distinct().order_by("action")
-    return render(request, "dashboard/audit.html", {"page": listed, "filters": filters, "query": query,
-                                                    "actions": actions, "section": "audit"})
-
-
-@page
-@require_POST
-def audit_verify(request):
-    if not request.user.is_staff:
-        raise Http404("no such page")
-    count, broken = verify_chain()
-    checked, problems = recordings.verify_files()
-    if broken:
-        messages.error(request, f"The audit trail is broken: {broken}")
-    elif problems:
-        messages.error(request, f"The audit trail is intact, but {len(problems)} recordings do not match it: "
-                                + "; ".join(problems[:5]))
-    else:
-        messages.success(request, f"The audit trail is intact: {count} events, last hash {last_hash()[:16]}; "
-                                  f"{checked} recordings on this host match their sealed SHA-256")
-    return redirect("dashboard:audit")
-
-
-# Recordings
-
-RECORDINGS_PAGE = 50
-
-
-@page
-def recording_list(request):
-    found = recordings.recordings_visible_to(request.user)
-    filters = {name: request.GET.get(name, "").strip() for name in ("user", "since", "until")}
-    if filters["user"]:
-        found = found.filter(terminal__owner__username=filters["user"])
-    moments = _moments(request, filters)
-    if moments["since"] is not None:
-        found = found.filter(started__gte=moments["since"])
-    if moments["until"] is not None:
-        found = found.filter(started__lte=moments["until"])
-    listed = Paginator(found, RECORDINGS_PAGE).get_page(request.GET.get("page"))
-    query = "&".join(f"{name}={value}" for name, value in filters.items() if value)
-    return render(request, "dashboard/recordings.html", {"page": listed, "filters": filters, "query": query,
-                                                         "section": "recordings"})
-
-
-def _visible_recording(request, terminal_id) -> Recording:
-    try:
-        sessions.session_get_for(user=request.user, terminal_id=terminal_id)
-    except TerminalNotFound:
-        raise Http404("no such recording") from None
-    recording = Recording.objects.select_related("terminal__owner").filter(terminal_id=terminal_id).first()
-    if recording is None:
-        raise Http404("no such recording")
-    return recording
-
-
-@player_page
-def recording_page(request, terminal_id):
-    recording = _visible_recording(request, terminal_id)
-    return render(request, "dashboard/recording.html", {"recording": recording, "section": "recordings",
-                                                        "terminal_id": str(terminal_id)})
-
-
-@page
-def recording_file(request, terminal_id):
-    """The asciicast file, for the player (same origin, the session's login); read as the REST API reads it."""
-    try:
-        playback = recordings.recording_open(actor=actor(request), terminal_id=terminal_id)
-    except (TerminalNotFound, RecordingNotFound):
-        raise Http404("no such recording") from None
-    response = StreamingHttpResponse(playback.chunks, content_type=recordings.CONTENT_TYPE)
-    response["Content-Disposition"] = f'inline; filename="{playback.filename}"'
-    return response
-
-
-# Keys
-
-
-@page
-def key_list(request):
-    records = ApiKey.objects.select_related("user").order_by("-created")
-    if not request.user.is_staff:
-        records = records.filter(user=request.user)
-    new_key = request.session.pop("dashboard_new_key", None)  # shown once, on the page after its creation
-    new_user = request.session.pop("dashboard_new_user", None)
-    users = get_user_model().objects.order_by("username") if request.user.is_staff else []
-    return render(request, "dashboard/keys.html", {"keys": records, "new_key": new_key, "new_user": new_user,
-                                                   "users": users, "section": "keys"})
-
-
-@page
-@require_POST
-def key_create(request):
-    owner = request.user
-    if request.user.is_staff and request.POST.get("user"):
-        owner = get_user_model().objects.filter(username=request.POST["user"]).first() or owner
-    try:
-        expires = _moment("expires", request.POST.get("expires", "").strip())
-    except InvalidInput as error:  # a typo must not make a key that never expires
-        messages.error(request, f"Not created: {error.message}")
-        return redirect("dashboard:keys")
-    record, key = keys.create_key(actor(request), owner, name=request.POST.get("name", "")[:100], expires_at=expires)
-    request.session["dashboard_new_key"] = {"key": key, "prefix": record.display_prefix, "user": owner.get_username()}
-    return redirect("dashboard:keys")
-
-
-@page
-@require_POST
-def key_revoke(request, prefix):
-    record = ApiKey.objects.filter(prefix=prefix).select_related("user").first()
-    if record is None or (record.user_id != request.user.pk and not request.user.is_staff):
-        raise Http404("no such key")
-    if keys.revoke_key(actor(request), record):
-        messages.success(request, f"Key {record.display_prefix} revoked: it no longer works anywhere.")
-    return redirect("dashboard:keys")
-
-
-# Users (staff)
-
-USER_CHANGES = {"disable": "disabled: their keys, logins and open connections stop working", "enable": "enabled again",
-                "staff": "now staff: they see and reach everything", "unstaff": "no longer staff"}
-
-
-@page
-@require_POST
-def user_create(request):
-    """A new user with a generated password, shown once on the keys page."""
-    if not request.user.is_staff:
-        raise Http404("no such page")
-    username = request.POST.get("username", "").strip()
-    password = secrets.token_urlsafe(12)
-    try:
-        if not username or len(username) > 150:
-            raise InvalidInput("give a user name of 1 to 150 characters")
-        keys.create_user(actor(request), username, staff=bool(request.POST.get("staff")), password=password)
-    except ServiceError as error:
-        messages.error(request, f"Not created: {_message(error)}")
-        return redirect("dashboard:keys")
-    request.session["dashboard_new_user"] = {"user": username, "password": password}
-    return redirect("dashboard:keys")
-
-
-@page
-@require_POST
-def user_change(request, username):
-    """Disables or enables a user, or changes the staff flag. Staff cannot take their own access away here."""
-    if not request.user.is_staff:
-        raise Http404("no such page")
-    change = request.POST.get("change", "")
-    flags = {"disable": {"active": False}, "enable": {"active": True}, "staff": {"staff": True},
-             "unstaff": {"staff": False}}.get(change)
-    if flags is None or (username == request.user.get_username() and change in ("disable", "unstaff")):
-        messages.error(request, "Not changed: pick disable, enable, staff or unstaff, for someone other than you.")
-        return redirect("dashboard:keys")
-    try:
-        keys.set_user(actor(request), username, **flags)
-        messages.success(request, f"{username}: {USER_CHANGES[change]}")
-    except ServiceError as error:
-        messages.error(request, f"Not changed: {_message(error)}")
-    return redirect("dashboard:keys")
-
-
 # Workers
 
 
@@ -476,9 +258,3 @@ def _whole(name: str, value, default: int) -> int:
         return int(value) if value not in (None, "") else default
     except ValueError:
         raise ValueError(f"{name}: {value!r} is not a whole number") from None
-
-
-def _message(error: Exception) -> str:
-    return getattr(error, "message", None) or str(error)
-
-

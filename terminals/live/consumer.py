@@ -1,12 +1,6 @@
 """The live terminal WebSocket: output pushed as it happens, input, resize and signals; thin over sessions.py.
 
-Close codes, sent before any terminal byte when a connection is refused:
-4401 no valid credentials (or the key was revoked, or its user disabled, while connected), 4403 a
-foreign Origin with cookie authentication, or an interactive attach to another user's terminal (staff: after an
-error frame saying to use mode=view), 4404 no such terminal (another user's too; or, while connected, access to it
-was taken away: a share removed, a staff flag removed), 4409 the terminal no longer holds output, 4429 the user
-holds as many live connections as allowed (live_connections.py), 4503 no worker answered.
-4012 this server is stopping (1012, Service Restart, in the application's range); reconnect with ?fromByte.
+Its close codes are in close_codes.py; a stopping server's clean close of every connection in stopping.py.
 """
 
 from __future__ import annotations
@@ -22,10 +16,8 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.consumer import get_handler_name
 from django.db import DatabaseError
 
-from .. import (access, attachments, database_threads, json_input, lifecycle, live_connections, metrics, origins,
-               sessions)
+from .. import access, attachments, lifecycle, live_connections, metrics, sessions
 from ..audit import Actor
-from ..auth import key_from_headers
 from ..exceptions import (
     AuditUnavailable,
     DatabaseUnavailable,
@@ -33,14 +25,24 @@ from ..exceptions import (
     InvalidInput,
     LimitReached,
     ServiceError,
-    TerminalInactive,
-    TerminalNotFound,
-    WorkerUnavailable,
     database_unavailable,
     terminal_inactive,
 )
 from ..runtime.buffer import decode
 from ..remote import watch as worker_watch
+from .close_codes import (
+    CLOSE_CODES,
+    CLOSE_FOREIGN_ORIGIN,
+    CLOSE_INACTIVE,
+    CLOSE_NOT_FOUND,
+    CLOSE_SERVER_STOPPING,
+    CLOSE_TOO_MANY,
+    CLOSE_UNAUTHORIZED,
+    CLOSE_UNAVAILABLE,
+)
+from . import frames
+from .handshake import authenticate, from_byte, origin_allowed
+from .stopping import open_connections
 
 logger = logging.getLogger(__name__)
 
@@ -51,33 +53,10 @@ def database_sync_to_async(function):
     # not hold a thread the worker may need.
     return DatabaseSyncToAsync(function, thread_sensitive=False)
 
-CLOSE_UNAUTHORIZED, CLOSE_FOREIGN_ORIGIN, CLOSE_NOT_FOUND, CLOSE_INACTIVE, CLOSE_UNAVAILABLE = 4401, 4403, 4404, 4409, 4503
-CLOSE_TOO_MANY = 4429  # HTTP's 429 in the application's range: the user's live connections are at the cap
-CLOSE_CODES = {TerminalNotFound: CLOSE_NOT_FOUND, TerminalInactive: CLOSE_INACTIVE, WorkerUnavailable: CLOSE_UNAVAILABLE}
-CLOSE_CODES[Forbidden] = CLOSE_FOREIGN_ORIGIN  # 4403 for both: what this caller may not do (staff: mode=view)
-MAX_FRAME_BYTES = 256 * 1024  # a client frame larger than this is refused
+
 WINDOW_BYTES = 4 << 20  # output sent but not acknowledged before the server pauses a client
 CLOSE_AFTER_EXIT_SECONDS = 60.0  # how long a client may take to acknowledge the end before the server closes
 LAYER_FAILED = "terminal.layer_failed"  # a receive from the channel layer failed
-# RFC 6455's registry has 1012 "Service Restart", but a server may send only 1000 and 3000-4999 (autobahn, under
-# daphne, refuses the rest): 4012 says the same in the application's range.
-CLOSE_SERVER_STOPPING = 4012
-STOP_WAIT_SECONDS = 5.0  # how long a stopping server waits for its clients to take their close
-
-_open: set[TerminalConsumer] = set()  # this process's attached connections, which a stop closes
-
-
-async def close_every_connection() -> None:
-    """The server is stopping: tell each attached client the byte to resume from, close with 4012, and wait (a
-    little) for the close frames to go out, so clients see a clean close and reconnect elsewhere instead of a 1006."""
-    for consumer in list(_open):
-        await consumer.server_stopping()
-    deadline = asyncio.get_running_loop().time() + STOP_WAIT_SECONDS
-    while _open and asyncio.get_running_loop().time() < deadline:
-        await asyncio.sleep(0.05)
-
-
-lifecycle.on_shutdown(lifecycle.CONNECTIONS, "closing live connections", close_every_connection)
 
 
 class TerminalConsumer(AsyncWebsocketConsumer):
@@ -130,16 +109,16 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         hold = access.hold_of(self.actor, self.terminal_id, view=self.read_only)
         access.access_watch.watch(self, hold, self._access_lost)
         worker_watch.watch(self.terminal_id, self)
-        _open.add(self)
+        open_connections.add(self)
         metrics.LIVE_CLIENTS.labels("websocket").inc()
 
     async def _admit(self, query: dict) -> int | None:
         """Checks credentials, origin and the terminal; attaches. Returns a close code on refusal."""
-        self.actor, self.api_key, found = await self._authenticate()
+        self.actor, self.api_key, found = await authenticate(self.scope, self.terminal_id, self.read_only)
         if self.actor is None:
             await self._refuse("UNAUTHORIZED")
             return CLOSE_UNAUTHORIZED
-        if self.api_key is None and not self._origin_allowed():
+        if self.api_key is None and not origin_allowed(self.scope):
             await self._refuse("FORBIDDEN")
             return CLOSE_FOREIGN_ORIGIN
         try:
@@ -151,7 +130,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         # worker pushes meanwhile waits: a consumer handles its channel's messages after connect() returns.)
         try:
             self.link = await attachments.attach(self.actor, self.terminal_id, read_only=self.read_only,
-                                                 subscriber=self.channel_name, from_byte=_from_byte(query),
+                                                 subscriber=self.channel_name, from_byte=from_byte(query),
                                                  found=found)
         except (ValueError, ServiceError) as error:
             if isinstance(error, DatabaseUnavailable):
@@ -169,30 +148,6 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         await self._send({"type": "attached", **self.link.answer, "readOnly": self.read_only})
         return None
 
-    async def _authenticate(self):
-        """(actor, key record, what _attach needs): with an API key, the key's check and the terminal's lookup take
-        one trip to a database thread (an attach is on the create-to-first-prompt path)."""
-        source = (self.scope.get("client") or ["", 0])[0] or ""
-        key = presented_key(self.scope)
-        if key is not None:
-            record, found = await database_threads.run(attachments.find_with_key, key, self.terminal_id,
-                                                       self.read_only)
-            if record is None:
-                return None, None, None
-            return Actor(user=record.user, api_key=record, source=source), record, found
-        user = self.scope.get("user")
-        if user is not None and user.is_authenticated:
-            return Actor(user=user, source=source), None, None
-        return None, None, None
-
-    def _origin_allowed(self) -> bool:
-        # The whole origin (scheme, host, port), not the host alone: a page on another port of this host is another
-        # site's page, and the browser sends it the session cookie all the same (terminals/origins.py).
-        headers = dict(self.scope["headers"])
-        return origins.origin_allowed(headers.get(b"origin", b"").decode("latin-1") or None,
-                                      scheme=self.scope.get("scheme", "ws"),
-                                      host=headers.get(b"host", b"").decode("latin-1"))
-
     async def disconnect(self, code: int) -> None:
         if getattr(self, "slot", None) is not None:
             self.slot.release()
@@ -207,10 +162,10 @@ class TerminalConsumer(AsyncWebsocketConsumer):
                 await attachments.detach(self.link, close_code=getattr(self, "sent_close", None) or code,
                                          outcome=getattr(self, "access_lost", "ok"))
         finally:
-            # Only now: a stopping server waits for _open to empty, so it does not exit before the detach is on
+            # Only now: a stopping server waits for open_connections to empty, so it does not exit before the detach is on
             # record and sent to the worker.
-            if self in _open:
-                _open.discard(self)
+            if self in open_connections:
+                open_connections.discard(self)
                 metrics.LIVE_CLIENTS.labels("websocket").dec()
 
     # From the client
@@ -236,18 +191,15 @@ class TerminalConsumer(AsyncWebsocketConsumer):
                                                 "connection stays open. If it happens again, report it.")
 
     async def _receive(self, text_data, bytes_data) -> None:
-        raw = text_data if text_data is not None else (bytes_data or b"").decode("utf-8", "replace")
-        if len(raw) > MAX_FRAME_BYTES:
-            return await self._error("INVALID_INPUT", f"frame larger than {MAX_FRAME_BYTES} bytes")
         try:
-            frame = json_input.loads(raw)
-        except json_input.UnkeepableJson as problem:
-            return await self._error("INVALID_INPUT", f"frames are JSON objects: {problem}")
+            frame = frames.read(text_data, bytes_data)
+        except frames.FrameRefused as refusal:
+            return await self._error("INVALID_INPUT", str(refusal))
         kind = frame.get("type") if isinstance(frame, dict) else None
         handlers = {"input": self._input, "resize": self._resize, "signal": self._signal, "ack": self._ack}
         handler = handlers.get(kind) if isinstance(kind, str) else None  # a list or an object cannot be a key
         if handler is None:
-            return await self._error("INVALID_INPUT", f"unknown frame type {_shown(kind)}: a frame's type is one of "
+            return await self._error("INVALID_INPUT", f"unknown frame type {frames.shown(kind)}: a frame's type is one of "
                                                       f"{', '.join(handlers)}")
         if self.read_only and kind != "ack":
             return await self._error("FORBIDDEN", "this connection is read-only (mode=view)")
@@ -432,28 +384,4 @@ class TerminalConsumer(AsyncWebsocketConsumer):
     async def _refuse(self, code: str) -> None:
         actor = getattr(self, "actor", None) or Actor(source=(self.scope.get("client") or [""])[0] or "")
         await attachments.refuse(actor, self.terminal_id, code)
-
-
-def _from_byte(query: dict) -> int | None:
-    """The fromByte query parameter: absent, or a whole number from 0; raises ValueError otherwise."""
-    if "fromByte" not in query:
-        return None
-    value = json_input.byte_offset(query["fromByte"][0])
-    if value is None:
-        raise ValueError("fromByte must be a byte offset from 0")
-    return value
-
-
-def presented_key(scope) -> str | None:
-    """The API key a WebSocket handshake carries, read as REST reads it (X-API-Key, then Authorization's Bearer or
-    Api-Key), or None."""
-    headers = {name.lower(): value for name, value in scope.get("headers") or []}
-    return key_from_headers(headers.get(b"x-api-key", b"").decode("latin-1"),
-                            headers.get(b"authorization", b"").decode("latin-1"))
-
-
-def _shown(value, limit: int = 60) -> str:
-    """A client's value quoted in an error frame, cut short: a frame can be 256 KiB."""
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit] + "..."
 

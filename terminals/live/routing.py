@@ -8,7 +8,9 @@ from channels.routing import URLRouter
 from django.contrib.auth.models import AnonymousUser
 from django.urls import re_path
 
-from .consumer import CLOSE_NOT_FOUND, TerminalConsumer, presented_key
+from .close_codes import CLOSE_NOT_FOUND
+from .consumer import TerminalConsumer
+from .handshake import presented_key
 
 logger = logging.getLogger(__name__)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from contextlib import aclosing
 from typing import NamedTuple
 
 from channels.layers import get_channel_layer
@@ -49,8 +50,6 @@ async def follow(terminal_id: str, worker_channel: str, from_byte: int | None, a
     except ServiceError as error:
         yield Event("error", {"code": error.default_code, "message": error.message})
         return
-    expected = attached["fromByte"]
-    keepalive = settings.TERMINALS["SSE_KEEPALIVE_MS"] / 1000
     watcher = _WorkerWatcher(layer, channel)
     leases.hold(worker_channel, terminal_id, channel)
     worker_watch.watch(terminal_id, watcher)
@@ -58,46 +57,64 @@ async def follow(terminal_id: str, worker_channel: str, from_byte: int | None, a
         access.access_watch.watch(watcher, access.hold_of(actor, terminal_id), watcher.access_lost)
     try:
         # Inside the try: a client gone before it took this first event is detached too, not renewed for good.
-        yield Event("attached", attached, expected)
-        while True:
-            try:
-                message = await asyncio.wait_for(layer.receive(channel), keepalive)
-            except TimeoutError:
-                yield QUIET
-                continue
-            except Exception:  # noqa: BLE001 - the channel layer is gone (Redis down): end the stream, do not hang
-                logger.warning("following %s stopped: the channel layer failed", terminal_id, exc_info=True)
-                yield Event("error", {"code": "WORKER_UNAVAILABLE",
-                                      "message": "The connection to the terminal's worker was lost; reconnect with Last-Event-ID"})
-                return
-            kind = message["type"]
-            if kind == protocol.STREAM_OUTPUT and message["offset"] == expected:
-                expected += len(message["data"])
-                yield Event("output", {"offset": message["offset"], "data": decode(message["data"])}, expected)
-            elif kind == protocol.STREAM_GAP and message["from"] == expected:
-                expected = message["to"]
-                yield Event("gap", {"from": message["from"], "to": message["to"]}, expected)
-            elif kind == protocol.STREAM_EXIT and message["offset"] == expected:
-                yield Event("exit", {"exitCode": message["exitCode"], "signal": message["signal"]}, expected)
-                return
-            elif kind == protocol.STREAM_DROPPED:
-                yield Event("error", {"code": "WORKER_UNAVAILABLE", "message": "The terminal's worker stopped "
-                                      "streaming to this follow; reconnect with Last-Event-ID"})
-                return
-            elif kind == worker_watch.WORKER_LOST:
-                yield Event("error", _worker_lost_error(terminal_id, message["lost"]))
-                return
-            elif kind == ACCESS_LOST:
-                await _audit_lost_access(actor, terminal_id, message["reason"])
-                yield Event("error", {"code": message["reason"], "message": access.refusal(
-                    message["reason"], terminal_id).message})
-                return
+        yield Event("attached", attached, attached["fromByte"])
+        async with aclosing(_streamed(layer, channel, terminal_id, attached["fromByte"], actor)) as events:
+            async for event in events:
+                yield event
     finally:
         leases.release(worker_channel, terminal_id, channel)
         worker_watch.unwatch(terminal_id, watcher)
         access.access_watch.unwatch(watcher)
         # The client may be gone already: detach without waiting for the answer.
         asyncio.ensure_future(_detach(worker_channel, terminal_id, channel))
+
+
+async def _streamed(layer, channel: str, terminal_id: str, expected: int, actor: Actor | None):
+    """What arrives on the follow's channel from expected on, as events in byte order, until a final exit or error;
+    QUIET after each SSE_KEEPALIVE_MS without one."""
+    keepalive = settings.TERMINALS["SSE_KEEPALIVE_MS"] / 1000
+    while True:
+        try:
+            message = await asyncio.wait_for(layer.receive(channel), keepalive)
+        except TimeoutError:
+            yield QUIET
+            continue
+        except Exception:  # noqa: BLE001 - the channel layer is gone (Redis down): end the stream, do not hang
+            logger.warning("following %s stopped: the channel layer failed", terminal_id, exc_info=True)
+            yield Event("error", {"code": "WORKER_UNAVAILABLE",
+                                  "message": "The connection to the terminal's worker was lost; reconnect with Last-Event-ID"})
+            return
+        if message["type"] == ACCESS_LOST:
+            await _audit_lost_access(actor, terminal_id, message["reason"])
+        event = _event_of(message, expected, terminal_id)
+        if event is None:
+            continue  # not the next contiguous one: a leftover from before a resume
+        if event.next_byte is not None:
+            expected = event.next_byte
+        yield event
+        if event.name in ("exit", "error"):
+            return
+
+
+def _event_of(message: dict, expected: int, terminal_id: str) -> Event | None:
+    """The event a message on the follow's channel makes, or None when it is not the next one in byte order."""
+    kind = message["type"]
+    if kind == protocol.STREAM_OUTPUT and message["offset"] == expected:
+        return Event("output", {"offset": message["offset"], "data": decode(message["data"])},
+                     expected + len(message["data"]))
+    if kind == protocol.STREAM_GAP and message["from"] == expected:
+        return Event("gap", {"from": message["from"], "to": message["to"]}, message["to"])
+    if kind == protocol.STREAM_EXIT and message["offset"] == expected:
+        return Event("exit", {"exitCode": message["exitCode"], "signal": message["signal"]}, expected)
+    if kind == protocol.STREAM_DROPPED:
+        return Event("error", {"code": "WORKER_UNAVAILABLE", "message": "The terminal's worker stopped "
+                               "streaming to this follow; reconnect with Last-Event-ID"})
+    if kind == worker_watch.WORKER_LOST:
+        return Event("error", _worker_lost_error(terminal_id, message["lost"]))
+    if kind == ACCESS_LOST:
+        return Event("error", {"code": message["reason"], "message": access.refusal(message["reason"],
+                                                                                     terminal_id).message})
+    return None
 
 
 class _WorkerWatcher:
