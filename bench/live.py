@@ -18,7 +18,7 @@ CLOSE_REASONS = {
     4404: "no such terminal",
     4409: "terminal no longer holds output",
     4503: "no worker answered",
-}  # terminals/live/consumer.py
+}  # terminals/live/close_codes.py
 
 
 class OurSocket:

@@ -66,28 +66,30 @@ class RequestTooLarge(ServiceError):
     default_detail = "Request body too large"
 
 
-class TerminalBusy(ServiceError):
-    """A command is already running in the terminal's foreground."""
-
-    status_code = status.HTTP_409_CONFLICT
-    default_code = "TERMINAL_BUSY"
-    default_detail = "The terminal is busy"
-
-
-class CommandNotFound(ServiceError):
-    """The terminal has no command with that id."""
-
-    status_code = status.HTTP_404_NOT_FOUND
-    default_code = "COMMAND_NOT_FOUND"
-    default_detail = "Command not found"
+# The errors about a terminal that its worker reports, each defined once, without Django, in runtime/errors.py; the
+# API answers each code with this status. 409 where the terminal's state refuses the request and the service is fine.
+REFUSAL_STATUS = {
+    "TERMINAL_BUSY": status.HTTP_409_CONFLICT,  # a command already holds the foreground
+    "COMMAND_NOT_FOUND": status.HTTP_404_NOT_FOUND,
+    "RECORDING_NOT_FOUND": status.HTTP_404_NOT_FOUND,  # not recorded, or its recording is gone
+    "WRITE_FAILED": status.HTTP_409_CONFLICT,  # its input queue is full, or nothing reads it any more
+    "READ_FAILED": status.HTTP_500_INTERNAL_SERVER_ERROR,  # part of the contract; nothing raises it at present
+    "KILL_FAILED": status.HTTP_500_INTERNAL_SERVER_ERROR,  # its processes could not be signalled
+}
 
 
-class RecordingNotFound(ServiceError):
-    """The terminal is not recorded, or its recording is gone."""
+class TerminalRefusal(ServiceError):
+    """A refusal about a terminal whose code runtime/errors.py defines (a worker reported it, or the web side found
+    the same), answered with the status REFUSAL_STATUS gives that code."""
 
-    status_code = status.HTTP_404_NOT_FOUND
-    default_code = "RECORDING_NOT_FOUND"
-    default_detail = "This terminal has no recording"
+    def __init__(self, code: str, message: str, details: dict | None = None) -> None:
+        self.default_code = code
+        self.status_code = REFUSAL_STATUS[code]
+        super().__init__(message, details)
+
+
+def recording_not_found(message: str, details: dict | None = None) -> TerminalRefusal:
+    return TerminalRefusal("RECORDING_NOT_FOUND", message, details)
 
 
 class InvalidInput(ServiceError):
@@ -96,31 +98,6 @@ class InvalidInput(ServiceError):
     status_code = status.HTTP_400_BAD_REQUEST
     default_code = "INVALID_INPUT"
     default_detail = "Invalid input"
-
-
-class WriteFailed(ServiceError):
-    """Input could not be delivered to the terminal: its queue is full, or nothing reads it any more.
-
-    409, not 500: the terminal's state refuses the input, the service is fine.
-    """
-
-    status_code = status.HTTP_409_CONFLICT
-    default_code = "WRITE_FAILED"
-    default_detail = "Writing to the terminal failed"
-
-
-class ReadFailed(ServiceError):
-    """The terminal's output could not be read."""
-
-    default_code = "READ_FAILED"
-    default_detail = "Reading the terminal failed"
-
-
-class KillFailed(ServiceError):
-    """The terminal's processes could not be ended."""
-
-    default_code = "KILL_FAILED"
-    default_detail = "Ending the terminal failed"
 
 
 class InternalError(ServiceError):
@@ -209,11 +186,14 @@ class MethodNotAllowed(ServiceError):
 
 BY_CODE: dict[str, type[ServiceError]] = {
     cls.default_code: cls for cls in ServiceError.__subclasses__() + [ServiceError, DatabaseUnavailable]
+    if cls is not TerminalRefusal  # its codes are REFUSAL_STATUS's
 }
 
 
 def from_code(code: str, message: str, details: dict | None = None) -> ServiceError:
     """Rebuilds the error a worker reported by its code."""
+    if code in REFUSAL_STATUS:
+        return TerminalRefusal(code, message, details)
     return BY_CODE.get(code, InternalError)(message, details)
 
 

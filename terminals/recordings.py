@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db.models import QuerySet
 
 from .audit import Actor, audit
-from .exceptions import RecordingNotFound, WorkerUnavailable
+from .exceptions import WorkerUnavailable, recording_not_found
 from .models import AuditEvent, Recording, Worker
 from .runtime.recording import digest
 from .sessions import session_get_for
@@ -42,12 +42,12 @@ def recording_open(*, actor: Actor, terminal_id) -> Playback:
     record = session_get_for(user=actor.user, terminal_id=terminal_id)
     recording = Recording.objects.filter(terminal=record).first()
     if recording is None:
-        raise RecordingNotFound(f"Terminal {record.id} is not recorded. Create terminals with \"record\": true, or "
-                                "turn recording on for every terminal (TERMINALS_RECORD_ALL)",
-                                {"terminalId": str(record.id)})
+        raise recording_not_found(f"Terminal {record.id} is not recorded. Create terminals with \"record\": true, or "
+                                  "turn recording on for every terminal (TERMINALS_RECORD_ALL)",
+                                  {"terminalId": str(record.id)})
     if recording.deleted is not None:
-        raise RecordingNotFound(f"The recording of terminal {record.id} was deleted by the retention sweep on "
-                                f"{recording.deleted:%Y-%m-%d}", {"terminalId": str(record.id)})
+        raise recording_not_found(f"The recording of terminal {record.id} was deleted by the retention sweep on "
+                                  f"{recording.deleted:%Y-%m-%d}", {"terminalId": str(record.id)})
     channel = _reading_channel(record, recording.host)
     first = _read(channel, recording.path, 0)
     audit(actor, "recording", terminal_id=record.id, host=recording.host, sha256=recording.sha256)

@@ -7,7 +7,7 @@ from django.http import Http404, StreamingHttpResponse
 from django.shortcuts import render
 
 from .. import recordings, sessions
-from ..exceptions import RecordingNotFound, TerminalNotFound
+from ..exceptions import ServiceError, TerminalNotFound
 from ..models import Recording
 from .form_input import actor, moments
 from .security import page, player_page
@@ -55,7 +55,11 @@ def recording_file(request, terminal_id):
     """The asciicast file, for the player (same origin, the session's login); read as the REST API reads it."""
     try:
         playback = recordings.recording_open(actor=actor(request), terminal_id=terminal_id)
-    except (TerminalNotFound, RecordingNotFound):
+    except TerminalNotFound:
+        raise Http404("no such recording") from None
+    except ServiceError as error:
+        if error.default_code != "RECORDING_NOT_FOUND":
+            raise
         raise Http404("no such recording") from None
     response = StreamingHttpResponse(playback.chunks, content_type=recordings.CONTENT_TYPE)
     response["Content-Disposition"] = f'inline; filename="{playback.filename}"'

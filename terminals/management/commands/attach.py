@@ -22,7 +22,7 @@ from django.core.management.base import BaseCommand, CommandError
 ACK_EVERY = 256 * 1024  # bytes of output between two acknowledgements
 OWN_FAILURE = 255  # as ssh: attach itself failed (a remote exit code of 255 reads the same)
 
-# Why the server refused to attach, by close code (terminals/live/consumer.py), and what to do next.
+# Why the server refused to attach, by close code (terminals/live/close_codes.py), and what to do next.
 REFUSALS = {
     4400: "the server refused the request as malformed; check the terminal id and --from-byte",
     4401: "the server did not accept the API key (missing, unknown, revoked, or its user disabled); "
