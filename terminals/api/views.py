@@ -1,4 +1,4 @@
-"""Thin DRF viewsets: parse the request, call one use case in sessions.py, wrap the result in the envelope."""
+"""Thin DRF viewsets: parse the request, call one use case of sessions/, wrap the result in the envelope."""
 
 from __future__ import annotations
 

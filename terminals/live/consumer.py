@@ -1,4 +1,4 @@
-"""The live terminal WebSocket: output pushed as it happens, input, resize and signals; thin over sessions.py.
+"""The live terminal WebSocket: output pushed as it happens, input, resize and signals; thin over sessions/.
 
 Close codes, sent before any terminal byte when a connection is refused:
 4401 no valid credentials (or the key was revoked, or its user disabled, while connected), 4403 a
