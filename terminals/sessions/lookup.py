@@ -9,6 +9,7 @@ import uuid
 from django.db.models import Exists, OuterRef
 
 from ..exceptions import Forbidden, ServiceError, TerminalNotFound
+from ..ids import parse_uuid
 from ..models import Recording, TerminalSession, Worker
 from ..prepared import PreparedLookup
 from ..record_shapes import recording_data, session_data
@@ -20,10 +21,7 @@ def session_get_for(*, user, terminal_id, with_owner: bool = False) -> TerminalS
 
     with_owner joins the owner's user row too, for showing the record; requests that only reach the
     terminal do without it (a user row is a dozen columns to fetch and convert on every read)."""
-    try:
-        key = uuid.UUID(str(terminal_id))
-    except ValueError:
-        raise TerminalNotFound(f"Terminal {terminal_id} not found") from None
+    key = _terminal_key(terminal_id)
     if not with_owner:
         record = _terminal_and_worker(key)
         # visible_to()'s rule, applied to the row: staff see every terminal, others only their own.
@@ -34,6 +32,14 @@ def session_get_for(*, user, terminal_id, with_owner: bool = False) -> TerminalS
         return TerminalSession.objects.visible_to(user).select_related("worker", "owner").get(pk=key)
     except TerminalSession.DoesNotExist:
         raise TerminalNotFound(f"Terminal {terminal_id} not found") from None
+
+
+def _terminal_key(terminal_id) -> uuid.UUID:
+    """The terminal id a client sent, as a key (ids.py); anything that is no terminal id answers like an unknown one."""
+    key = parse_uuid(terminal_id)
+    if key is None:
+        raise TerminalNotFound(f"Terminal {terminal_id} not found")
+    return key
 
 
 def session_get_for_typing(*, user, terminal_id) -> TerminalSession:
@@ -88,10 +94,7 @@ _REFRESH = PreparedLookup(lambda key: TerminalSession.objects.filter(pk=key).ann
 def _record_for_reading(*, user, terminal_id) -> TerminalSession:
     """session_get_for, for requests that only read through the worker; never for a request that changes the
     terminal or its record."""
-    try:
-        key = uuid.UUID(str(terminal_id))
-    except ValueError:
-        raise TerminalNotFound(f"Terminal {terminal_id} not found") from None
+    key = _terminal_key(terminal_id)
     cached = _read_records.get(key)
     if cached is None:
         record = session_get_for(user=user, terminal_id=key)
@@ -124,10 +127,9 @@ def _refreshed(record: TerminalSession) -> TerminalSession:
 
 def forget_record(terminal_id) -> None:
     """Drops a terminal's cached record at once (this process ended it or changed it)."""
-    try:
-        _read_records.pop(uuid.UUID(str(terminal_id)), None)
-    except ValueError:
-        pass
+    key = parse_uuid(terminal_id)
+    if key is not None:
+        _read_records.pop(key, None)
 
 
 def session_get_for_viewing(*, user, terminal_id, with_owner: bool = False) -> TerminalSession:
@@ -138,19 +140,12 @@ def session_get_for_viewing(*, user, terminal_id, with_owner: bool = False) -> T
     except TerminalNotFound:
         related = ("worker", "owner") if with_owner else ("worker",)
         # A malformed id is unknown here too: the query would raise Django's ValidationError on it (a 1011 close).
-        key = _uuid_or_none(terminal_id)
+        key = parse_uuid(terminal_id)
         record = None if key is None else (TerminalSession.objects.filter(pk=key, view_grants__user=user)
                                            .select_related(*related).first())
         if record is None:
             raise
         return record
-
-
-def _uuid_or_none(terminal_id) -> uuid.UUID | None:
-    try:
-        return uuid.UUID(str(terminal_id))
-    except ValueError:
-        return None
 
 
 def session_list(*, user, status: str = "active", session_filter: dict | None = None) -> list[dict]:
