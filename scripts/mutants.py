@@ -183,9 +183,9 @@ MUTANTS = [
     Mutant(
         "wait-output-ignores-access", "a wait ends when its caller's access is taken away",
         "terminals/sessions/waiting.py",
-        '''                access.require(hold)
-                checked = time.monotonic()''',
-        '''                checked = time.monotonic()''',
+        '''        access.require(hold)
+        checked = time.monotonic()''',
+        '''        checked = time.monotonic()''',
         ("tests/test_live_access.py::test_taking_access_away_ends_every_live_connection",),
     ),
     Mutant(

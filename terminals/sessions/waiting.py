@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 
 from asgiref.sync import async_to_sync
 from django.conf import settings
@@ -47,47 +48,84 @@ def session_wait_output(*, actor: Actor, terminal_id, pattern: str = "", timeout
     """Waits until the output from from_byte (default: where it stood at the last input, so nothing printed since is
     missed) matches pattern (a regular expression, escape sequences stripped), or the foreground program waits for
     input (until_input), or the process ends, or timeout_ms passes. Answers the outcome and what was printed."""
-    import regex
-
     record = session_get_for(user=actor.user, terminal_id=terminal_id)
-    if len(pattern) > MAX_PATTERN:
-        raise invalid("pattern", f"longer than {MAX_PATTERN} characters")
-    try:
-        compiled = regex.compile(pattern) if pattern else None
-    except regex.error as problem:
-        raise invalid("pattern", f"not a regular expression: {problem}") from None
+    compiled = _compiled_pattern(pattern)
     start = from_byte if from_byte is not None else _ask_worker(record, protocol.STATS).get("lastInputByte", 0)
     timeout_ms = wait_bound_ms(actor, timeout_ms)
     audit(actor, "wait_output", terminal_id=record.id, pattern=pattern, fromByte=start, timeoutMs=timeout_ms)
     deadline = time.monotonic() + timeout_ms / 1000
-    limit = settings.TERMINALS["MAX_READ_BYTES"]
-    text, position, first, truncated = "", start, None, False
-    hold, checked = access.hold_of(actor, record.id), time.monotonic()
-    read_after_waiting = False
+    printed = _Printed(position=start, limit=settings.TERMINALS["MAX_READ_BYTES"])
+    hold = access.hold_of(actor, record.id)
     with live_connections.holding(actor.user):  # a wait is a live connection of its user, under the same cap
-        while True:
-            if time.monotonic() - checked >= access.CHECK_SECONDS:  # access taken away meanwhile ends the wait
-                access.require(hold)
-                checked = time.monotonic()
-            # Only what is new each round; what was read stays, up to the last MAX_READ_BYTES characters.
-            # What programs printed: the echo of typed input is no answer to it (runtime/echo.py).
-            read = _ask_worker(record, protocol.BYTES, from_byte=position, max_bytes=limit, strip_ansi=True,
-                               stream=None, without_echo=True)
-            first = read["fromByte"] if first is None else first
-            truncated = truncated or read["truncated"] or len(text) + len(read["chunk"]) > limit
-            text = (text + read["chunk"])[-limit:]
-            position = read["nextByte"]
-            outcome, matched = _wait_outcome(record, compiled, text, read, until_input, deadline)
-            if outcome == "waiting_for_input" and not read_after_waiting:
-                # Seen waiting after the output was read: what it printed just before (its prompt) may have come
-                # between the two. Read once more, and search it, before answering.
-                read_after_waiting = True
-                continue
-            if outcome is not None:
-                return {"terminalId": str(record.id), "outcome": outcome, "match": matched, "output": text,
-                        "fromByte": first, "nextByte": position, "truncated": truncated,
-                        "exitStatus": read["exitStatus"]}
-            time.sleep(WAIT_POLL_SECONDS)
+        outcome, matched, read = _until_an_outcome(record, printed, hold, compiled, until_input, deadline)
+    return {"terminalId": str(record.id), "outcome": outcome, "match": matched, "output": printed.text,
+            "fromByte": printed.first, "nextByte": printed.position, "truncated": printed.truncated,
+            "exitStatus": read["exitStatus"]}
+
+
+def _compiled_pattern(pattern: str):
+    """The wait's pattern compiled, None for no pattern; one too long, or no regular expression, is refused."""
+    import regex
+
+    if len(pattern) > MAX_PATTERN:
+        raise invalid("pattern", f"longer than {MAX_PATTERN} characters")
+    try:
+        return regex.compile(pattern) if pattern else None
+    except regex.error as problem:
+        raise invalid("pattern", f"not a regular expression: {problem}") from None
+
+
+@dataclass
+class _Printed:
+    """What a wait has read: the last limit characters of it, from where it began (first) to where it stands."""
+
+    position: int
+    limit: int
+    text: str = ""
+    first: int | None = None
+    truncated: bool = False
+
+    def add(self, read: dict) -> None:
+        self.first = read["fromByte"] if self.first is None else self.first
+        self.truncated = self.truncated or read["truncated"] or len(self.text) + len(read["chunk"]) > self.limit
+        self.text = (self.text + read["chunk"])[-self.limit:]
+        self.position = read["nextByte"]
+
+
+def _until_an_outcome(record: TerminalSession, printed: _Printed, hold: access.Hold, compiled, until_input: bool,
+                      deadline: float) -> tuple[str, str | None, dict]:
+    """Reads each round what is new until the wait has an outcome: (the outcome, what matched, the last read)."""
+    checked, read_after_waiting = time.monotonic(), False
+    while True:
+        checked = _check_access(hold, checked)
+        read = _read_more(record, printed)
+        outcome, matched = _wait_outcome(record, compiled, printed.text, read, until_input, deadline)
+        if outcome == "waiting_for_input" and not read_after_waiting:
+            # Seen waiting after the output was read: what it printed just before (its prompt) may have come
+            # between the two. Read once more, and search it, before answering.
+            read_after_waiting = True
+            continue
+        if outcome is not None:
+            return outcome, matched, read
+        time.sleep(WAIT_POLL_SECONDS)
+
+
+def _check_access(hold: access.Hold, checked: float) -> float:
+    """Access taken away meanwhile ends the wait (access.require raises), checked every access.CHECK_SECONDS since
+    checked; answers when it was last checked."""
+    if time.monotonic() - checked >= access.CHECK_SECONDS:
+        access.require(hold)
+        checked = time.monotonic()
+    return checked
+
+
+def _read_more(record: TerminalSession, printed: _Printed) -> dict:
+    """One round's read, added to what was printed: only what is new, up to the last MAX_READ_BYTES characters.
+    What programs printed: the echo of typed input is no answer to it (runtime/echo.py)."""
+    read = _ask_worker(record, protocol.BYTES, from_byte=printed.position, max_bytes=printed.limit, strip_ansi=True,
+                       stream=None, without_echo=True)
+    printed.add(read)
+    return read
 
 
 def _wait_outcome(record: TerminalSession, compiled, text: str, read: dict, until_input: bool,
