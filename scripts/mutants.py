@@ -24,7 +24,7 @@ MATRIX = "tests/test_authorization_matrix.py::test_strangers_get_the_unknown_ans
 MUTANTS = [
     Mutant(
         "owner-check-signal", "another user's terminal answers like an unknown one (signal)",
-        "terminals/sessions.py",
+        "terminals/sessions/control.py",
         '''    """Sends a signal to the terminal's foreground process group, as Ctrl-C does."""
     record = session_get_for_typing(user=actor.user, terminal_id=terminal_id)''',
         '''    """Sends a signal to the terminal's foreground process group, as Ctrl-C does."""
@@ -33,7 +33,7 @@ MUTANTS = [
     ),
     Mutant(
         "owner-check-resize", "another user's terminal answers like an unknown one (resize)",
-        "terminals/sessions.py",
+        "terminals/sessions/control.py",
         '''def session_resize(*, actor: Actor, terminal_id, cols: int, rows: int) -> dict:
     record = session_get_for_typing(user=actor.user, terminal_id=terminal_id)''',
         '''def session_resize(*, actor: Actor, terminal_id, cols: int, rows: int) -> dict:
@@ -42,7 +42,7 @@ MUTANTS = [
     ),
     Mutant(
         "audit-after-input", "an input's audit row is committed before its bytes reach the terminal",
-        "terminals/sessions.py",
+        "terminals/sessions/control.py",
         '''    audit(actor, "input", terminal_id=record.id, outcome="sent", input=data, **({"close": True} if close else {}))
     reply = _ask_worker(record, protocol.INPUT, data=data, close=close)''',
         '''    reply = _ask_worker(record, protocol.INPUT, data=data, close=close)
@@ -51,7 +51,7 @@ MUTANTS = [
     ),
     Mutant(
         "kill-without-audit", "kill is refused without effect when the audit trail cannot be written",
-        "terminals/sessions.py",
+        "terminals/sessions/control.py",
         '''    kill_grace = settings.TERMINALS["KILL_GRACE_MS"] / 1000
     require_audit_writable()''',
         '''    kill_grace = settings.TERMINALS["KILL_GRACE_MS"] / 1000''',
@@ -130,7 +130,7 @@ MUTANTS = [
     # stay open, nor bad input crash.
     Mutant(
         "size-check-resize", "every resize's size goes through the core's one check, whatever the interface",
-        "terminals/sessions.py",
+        "terminals/sessions/control.py",
         '''    record = session_get_for_typing(user=actor.user, terminal_id=terminal_id)
     cols, rows = checked_window_size(cols, rows)
 ''',
@@ -161,7 +161,7 @@ MUTANTS = [
     ),
     Mutant(
         "staff-type-into-others", "only a terminal's owner types into, resizes or signals it; staff watch",
-        "terminals/sessions.py",
+        "terminals/sessions/lookup.py",
         '''    if record.owner_id != user.pk:''',
         '''    if False:''',
         ("tests/test_staff_read_only.py", "tests/test_authorization_matrix.py::test_owner_and_staff_reach_every_route"),
@@ -182,10 +182,10 @@ MUTANTS = [
     ),
     Mutant(
         "wait-output-ignores-access", "a wait ends when its caller's access is taken away",
-        "terminals/sessions.py",
-        '''                access.require(hold)
-                checked = time.monotonic()''',
-        '''                checked = time.monotonic()''',
+        "terminals/sessions/waiting.py",
+        '''        access.require(hold)
+        checked = time.monotonic()''',
+        '''        checked = time.monotonic()''',
         ("tests/test_live_access.py::test_taking_access_away_ends_every_live_connection",),
     ),
     Mutant(
@@ -213,7 +213,7 @@ MUTANTS = [
     # Issue 30: a wait matches what a program printed, and a paste keeps its echo.
     Mutant(
         "wait-matches-echo", "a wait matches what programs printed, never the echo of the typed input",
-        "terminals/sessions.py",
+        "terminals/sessions/waiting.py",
         '''stream=None, without_echo=True)''',
         '''stream=None, without_echo=False)''',
         ("tests/test_output_wait.py::test_a_wait_matches_what_the_command_printed_not_the_echo_of_the_line_typed",),
@@ -262,7 +262,7 @@ MUTANTS = [
     ),
     Mutant(
         "create-audit-check", "a create on a locked database answers AUDIT_UNAVAILABLE before any worker is asked",
-        "terminals/sessions.py",
+        "terminals/sessions/creation.py",
         '''    require_audit_writable()
     return worker_client.request_sync(
         _creation_channel(host),''',

@@ -8,7 +8,7 @@ terminal, read-only or not), and asks about all of them in one check a round (ro
 however many connections there are. A connection whose hold is lost is told why, once: UNAUTHORIZED (the
 credential is no longer usable) or TERMINAL_NOT_FOUND (the credential still is, but no longer reaches the
 terminal, which then answers like an unknown one). Synchronous waits, which cannot be told, ask lost() themselves
-every CHECK_SECONDS (sessions.py).
+every CHECK_SECONDS (sessions/waiting.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A live connection's use cases: attach to a terminal, type into it, resume after a pause, detach, and the audit
 rows of each, refusals included. The WebSocket consumer (live/) calls these and keeps only its protocol: frames,
 flow control and close codes. They run on the event loop: database work goes through database_threads, worker
-requests through the worker's client, as REST's use cases (sessions.py) do from a request's thread.
+requests through the worker's client, as REST's use cases (sessions/) do from a request's thread.
 """
 
 from __future__ import annotations

@@ -138,7 +138,7 @@ def run_as_account(username: str) -> Account | None:
     """The Unix account a user's terminals run as; None: the service's own.
 
     Per user, the account must be one the service made for this user; while there is none yet, AccountMissing
-    (a 403) is raised, and the caller has a worker make it (sessions.py).
+    (a 403) is raised, and the caller has a worker make it (sessions/creation.py).
     """
     policy = run_as_policy()
     if policy == SERVICE:

@@ -42,7 +42,7 @@ def owner_of(key: str):
 
 
 def take_away(change: str, user, terminal: str, alice) -> None:
-    """The change, made as the admin commands and the dashboard make it (terminals/keys.py, sessions.py)."""
+    """The change, made as the admin commands and the dashboard make it (terminals/keys.py, sessions/sharing.py)."""
     admin = Actor(source="test")
     if change == "share removed":
         sessions.session_unshare(actor=Actor(user=alice), terminal_id=terminal, username=user.username)

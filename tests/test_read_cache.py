@@ -1,5 +1,5 @@
 """The hot read paths (output and stats polls) take a terminal's record from a short-lived cache of each web
-process (terminals/sessions.py). The access rule must still be the caller's as authenticated now, on every request:
+process (terminals/sessions/lookup.py). The access rule must still be the caller's as authenticated now, on every request:
 a record cached by the owner's poll opens nothing to anyone else, and staff who lose the flag lose the access as
 soon as their key's check is renewed, within KEY_CHECK_SECONDS (SECURITY.md, "Who may do what")."""
 

@@ -1,4 +1,4 @@
-"""Thin DRF viewsets: parse the request, call one use case in sessions.py, wrap the result in the envelope.
+"""Thin DRF viewsets: parse the request, call one use case of sessions/, wrap the result in the envelope.
 
 The terminals and everything under them are here; the audit trail in audit_views.py, health and metrics in
 health_views.py."""

@@ -1,4 +1,4 @@
-"""The live terminal WebSocket: output pushed as it happens, input, resize and signals; thin over sessions.py.
+"""The live terminal WebSocket: output pushed as it happens, input, resize and signals; thin over sessions/.
 
 Its close codes are in close_codes.py; a stopping server's clean close of every connection in stopping.py.
 """
