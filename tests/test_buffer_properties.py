@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from terminals.runtime.ansi import strip_ansi
-from terminals.runtime.buffer import MODES, LineRead, OutputBuffer
+from terminals.runtime.buffer import OutputBuffer
+from terminals.runtime.line_reads import MODES, LineRead
 from terminals.worker.shapes import bytes_data, line_read_data, read_text
 
 # Deterministic: the same examples on every run and on CI, no example database, no deadline on a loaded machine.

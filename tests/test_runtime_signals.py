@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from terminals.runtime import pty, signals
+from terminals.runtime import launch, signals
 from terminals.runtime.buffer import OutputBuffer
 from terminals.runtime.pty import PtySession, SpawnSpec
 
@@ -33,9 +33,9 @@ def before_setsid(monkeypatch, tmp_path):
     # Python, which leaves SIGUSR1 at its default action (a shell may catch it, and the runtime would then hang up).
     stand_in.write_text(f"#!{sys.executable}\nimport os, sys, time\n"
                         f"while not os.path.exists({str(gate)!r}):\n    time.sleep(0.01)\n"
-                        f"os.execv({pty.SETSID!r}, [{pty.SETSID!r}, *sys.argv[1:]])\n")
+                        f"os.execv({launch.SETSID!r}, [{launch.SETSID!r}, *sys.argv[1:]])\n")
     stand_in.chmod(0o755)
-    monkeypatch.setattr(pty, "SETSID", str(stand_in))
+    monkeypatch.setattr(launch, "SETSID", str(stand_in))
     return gate
 
 

@@ -8,7 +8,7 @@ from rest_framework import serializers
 from .. import field_names, json_input
 from ..exceptions import InvalidInput
 from ..models import LARGEST_OUTPUT_BYTE_LIMIT, AuditEvent, TerminalSession
-from ..runtime.buffer import MODES
+from ..runtime.line_reads import MODES
 from ..sessions import SIGNALS
 
 STREAMS = ("both", "stdout", "stderr")

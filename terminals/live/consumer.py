@@ -28,7 +28,7 @@ from ..exceptions import (
     database_unavailable,
     terminal_inactive,
 )
-from ..runtime.buffer import decode
+from ..runtime.utf8 import decode
 from ..remote import watch as worker_watch
 from .close_codes import (
     CLOSE_CODES,

@@ -15,7 +15,7 @@ from django.conf import settings
 from .. import access, database_threads
 from ..audit import Actor, audit
 from ..exceptions import ServiceError, terminal_inactive
-from ..runtime.buffer import decode
+from ..runtime.utf8 import decode
 from . import client as worker_client
 from . import leases, protocol
 from . import watch as worker_watch

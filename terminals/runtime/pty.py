@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import fcntl
 import os
 import re
-import shlex
-import shutil
 import signal
-import struct
 import subprocess
 import termios
 from collections.abc import Callable
@@ -18,21 +14,15 @@ from typing import TYPE_CHECKING
 
 from . import echo, processes, signals
 from .child import EXIT_DRAIN_SECONDS, MARKER_VARIABLE, MEMBER_POLL_SECONDS, ChildProcess, ExitStatus, SpawnSpec
-from .errors import LineTooLong, SessionInactive, SpawnFailed, WindowSizeInvalid
-from .serial_steps import SerialSteps
+from .errors import LineTooLong, SessionInactive, SpawnFailed
+from .launch import spawn_argv
+from .serial_steps import SerialSteps, call_on_loop
+from .tty_limits import MAX_CANONICAL_LINE, check_window_size, longest_line, set_window_size
 
 if TYPE_CHECKING:
     from .screen import ScreenMirror
 
 __all__ = ["EXIT_DRAIN_SECONDS", "MARKER_VARIABLE", "MEMBER_POLL_SECONDS", "ExitStatus", "PtySession", "SpawnSpec"]
-
-# The child leads a session of its own and has the PTY as its controlling terminal, so Ctrl-C and job control
-# work: a launch shell (confinement.py) is made a session leader by the spawn and takes the PTY by opening it;
-# without one, util-linux setsid(1) does both (TIOCSCTTY). Spawning through subprocess (vfork) instead of
-# ptyprocess (fork) keeps spawning fast however large the worker grows: 0.3 ms against 8 ms from a 150 MB process.
-SETSID = shutil.which("setsid") or "/usr/bin/setsid"
-SH = "/bin/sh"
-HANDOVER_FD = 9
 
 READS_PER_WAKEUP = 16  # a PTY read returns about 4 KiB; batching saves loop iterations
 # What one read of a PTY master brings when more is waiting (the line discipline's 4 KiB less one). A shorter read
@@ -58,11 +48,6 @@ ECHO_WINDOW_BYTES = 16 * 1024
 ECHO_PATIENCE_SECONDS = 0.2
 # At most this much output is replayed to rebuild the screen (pyte takes about 0.1 s for it).
 SCREEN_REPLAY_BYTES = 64 * 1024
-# In canonical mode the kernel's line discipline holds 4096 bytes per line, the
-# newline included; what goes past that is dropped without a word (n_tty.c).
-MAX_CANONICAL_LINE = 4095
-LINE_ENDS = re.compile(rb"[\n\r\x04]")
-LARGEST_WINDOW_SIDE = 0xFFFF  # struct winsize holds each side in an unsigned short
 QUERIES = re.compile(rb"\x1b\[(?:[56]n|0?c)")  # cursor position, device status, device attributes
 
 
@@ -100,8 +85,8 @@ class PtySession(ChildProcess):
         check_window_size(self.spec.cols, self.spec.rows)
         master, slave = os.openpty()
         try:
-            _set_window_size(master, self.spec.cols, self.spec.rows)
-            argv, new_session = _spawn_argv(self.spec, handover is not None, os.ttyname(slave))
+            set_window_size(master, self.spec.cols, self.spec.rows)
+            argv, new_session = spawn_argv(self.spec, handover is not None, os.ttyname(slave))
             self._process = subprocess.Popen(
                 argv,
                 start_new_session=new_session,
@@ -271,7 +256,7 @@ class PtySession(ChildProcess):
         if (QUERIES.search(data) or QUERIES.search(seam)) and self.is_alive and not self.emulator_attached:
             answered = self._on_screen(lambda mirror, output: mirror.feed_and_answer(output))
             loop = self._loop
-            answered.add_done_callback(lambda done: _on_loop(loop, self._send_replies, done))
+            answered.add_done_callback(lambda done: call_on_loop(loop, self._send_replies, done))
 
     def _send_replies(self, answered) -> None:
         replies = answered.result() if answered.exception() is None else b""
@@ -388,7 +373,7 @@ class PtySession(ChildProcess):
         if not self.is_alive:
             raise SessionInactive("the terminal's process has ended")
         check_window_size(cols, rows)
-        _set_window_size(self._fd, cols, rows)
+        set_window_size(self._fd, cols, rows)
         self.cols, self.rows = cols, rows
         if self._screen_fed is not None:
             self._on_screen(lambda mirror, output: (mirror.feed(output), mirror.resize(cols, rows)))
@@ -410,56 +395,6 @@ class PtySession(ChildProcess):
             self._fd = -1
 
 
-def _spawn_argv(spec: SpawnSpec, handover: bool, terminal: str) -> tuple[list[str], bool]:
-    """What to run, and whether the spawn itself makes it a session leader.
-
-    The session comes first, while still the worker's account, so that the last step before the program is the
-    launch's drop to the terminal's account: from that moment the kernel treats the process as non-dumpable, and a
-    program of that account cannot attach to it before the program runs."""
-    # A pipe handed over arrives as stderr (Popen places only 0, 1 and 2); it moves to fd 9,
-    # a number every shell can redirect (dash reads no fd above 9), and stderr becomes the PTY.
-    launch = list(spec.launch)
-    move = f"exec {HANDOVER_FD}<&2 2>&1"
-    if launch[:2] == [SH, "-c"]:
-        # The launch's own shell, a session leader from its start, takes the PTY as its controlling terminal by
-        # opening it (no O_NOCTTY), and moves the pipe first: setsid(1) in front of it took 0.8 ms of every
-        # terminal's start, and each shell on the way to the program 0.65 ms (bench/ANALYSIS.md). A shell that
-        # cannot open it exits (a redirection of `exec` that fails ends a non-interactive shell).
-        steps = [move] if handover else []
-        steps.append(f"exec 3<>{shlex.quote(terminal)} 3<&-")
-        launch[2] = "; ".join([*steps, launch[2]])
-        return [*launch, *spec.argv], True
-    if handover:
-        launch = [SH, "-c", f'{move}; exec "$@"', "terminal-handover", *launch]
-    return [SETSID, "--ctty", *launch, *spec.argv], False
-
-
 def _snapshot(mirror: ScreenMirror, output: bytes) -> dict:
     mirror.feed(output)
     return mirror.snapshot()
-
-
-def _on_loop(loop: asyncio.AbstractEventLoop | None, callback, *args) -> None:
-    """callback(*args) on the event loop, from a screen thread; nothing once the loop is gone (the worker stopped)."""
-    if loop is None:
-        return
-    try:
-        loop.call_soon_threadsafe(callback, *args)
-    except RuntimeError:
-        pass  # the loop is closed
-
-
-def longest_line(data: bytes) -> int:
-    return max(len(line) for line in LINE_ENDS.split(data))
-
-
-def check_window_size(cols: int, rows: int, largest: tuple[int, int] = (LARGEST_WINDOW_SIDE, LARGEST_WINDOW_SIDE)) -> None:
-    """Refuses a size the PTY cannot hold (struct.error, a 500, before) or past the caller's limits (cols, rows).
-    The service checks sizes before they reach a worker (sessions.checked_window_size); this is the last guard."""
-    for name, value, limit in (("cols", cols, largest[0]), ("rows", rows, largest[1])):
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
-            raise WindowSizeInvalid(f"{name}: must be a whole number from 1 to {limit}", fields={name: [f"from 1 to {limit}"]})
-
-
-def _set_window_size(fd: int, cols: int, rows: int) -> None:
-    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))

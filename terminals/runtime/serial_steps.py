@@ -9,6 +9,7 @@ whichever thread it lands), so the mirror sees the output, its resizes and its r
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import threading
 from collections.abc import Callable
@@ -54,3 +55,13 @@ class SerialSteps:
                     future.set_result(step())
                 except BaseException as error:  # noqa: BLE001 - handed to whoever waits for the step
                     future.set_exception(error)
+
+
+def call_on_loop(loop: asyncio.AbstractEventLoop | None, callback, *args) -> None:
+    """callback(*args) on the event loop, from a screen thread; nothing once the loop is gone (the worker stopped)."""
+    if loop is None:
+        return
+    try:
+        loop.call_soon_threadsafe(callback, *args)
+    except RuntimeError:
+        pass  # the loop is closed

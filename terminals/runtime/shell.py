@@ -18,7 +18,9 @@ from .commands import RUNNING, Command, CommandTracker
 from .errors import SessionInactive, TerminalBusy, TerminalError
 from .markers import Marker, MarkerParser
 from . import echo, processes, sealed, shown
-from .pty import HANDOVER_FD, MAX_CANONICAL_LINE, PtySession, SpawnSpec, longest_line
+from .launch import HANDOVER_FD
+from .pty import PtySession, SpawnSpec
+from .tty_limits import MAX_CANONICAL_LINE, longest_line
 
 SHIPPED_INTEGRATION = Path(__file__).with_name("shell_integration")
 POLL_SECONDS = 0.1  # how often a waiting command is checked for a prompt that waits for input

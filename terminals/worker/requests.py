@@ -19,7 +19,8 @@ from ..runtime.buffer import OutputBuffer
 from ..runtime.errors import AccountUnavailable, InvalidRequest, SessionNotFound
 from ..runtime.manager import SessionManager
 from ..runtime.processes import signal_number
-from ..runtime.pty import ExitStatus, check_window_size
+from ..runtime.pty import ExitStatus
+from ..runtime.tty_limits import check_window_size
 from ..runtime.shell import ShellSession
 from . import bookkeeping
 from .database_queue import DatabaseQueue

@@ -8,7 +8,9 @@ from datetime import datetime, timezone
 
 from ..runtime import echo
 from ..runtime.ansi import complete_escapes_end, strip_ansi
-from ..runtime.buffer import LineRead, OutputBuffer, decode, estimate_tokens, shape_lines
+from ..runtime.buffer import OutputBuffer
+from ..runtime.line_reads import LineRead, estimate_tokens, shape_lines
+from ..runtime.utf8 import decode
 from ..runtime.commands import Command
 from ..runtime.pty import ExitStatus, PtySession
 from ..runtime.shell import WaitResult
