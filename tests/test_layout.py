@@ -50,12 +50,19 @@ def layer(module: str) -> str:
     return "core"
 
 
+# The processes' entry points: they start a worker (in its own process, or inside the embedded server's).
+ENTRY_POINTS = ("terminals.management.commands.",)
+
+
 def violations(module: str, imported: set[str]) -> list[str]:
     own = layer(module)
     found = []
     for target in sorted(imported):
         other = layer(target)
-        if own == "runtime":
+        if other == "worker" and own != "worker" and not module.startswith(ENTRY_POINTS):
+            found.append(f"{module} ({own}) imports {target}, which runs in the worker process only: reach a worker "
+                         "through terminals.remote")
+        elif own == "runtime":
             if other not in ("runtime", "outside") or target.split(".")[0] in FRAMEWORKS:
                 found.append(f"{module} (the runtime) imports {target}")
         elif other in INTERFACES and other != own:
@@ -90,6 +97,9 @@ def test_imports_point_inward(module, path):
     ("terminals.runtime.pty", "from django.conf import settings", "the runtime"),
     ("terminals.runtime.pty", "from ..models import TerminalSession", "the runtime"),
     ("terminals.admin", "from terminals.dashboard import views", "belongs to the dashboard interface"),
+    ("terminals.sessions", "def f():\n    from .worker.embedded import ensure_worker", "runs in the worker process"),
+    ("terminals.remote.client", "from ..worker import records", "runs in the worker process"),
+    ("terminals.live.consumer", "from terminals.worker.server import TerminalWorker", "runs in the worker process"),
 ])
 def test_the_check_catches_an_edge_pointing_the_wrong_way(module, source, expected):
     found = violations(module, imports_of(module, source))
@@ -97,6 +107,10 @@ def test_the_check_catches_an_edge_pointing_the_wrong_way(module, source, expect
 
 
 def test_allowed_edges_pass_the_check():
+    assert violations("terminals.worker.server", imports_of("terminals.worker.server", "from ..remote import protocol\n"
+                                                                                        "from . import records")) == []
+    assert violations("terminals.management.commands.serve",
+                      imports_of("terminals.management.commands.serve", "from terminals.worker.embedded import x")) == []
     assert violations("terminals.api.views", imports_of("terminals.api.views", "from .. import sessions\n"
                                                                                   "from . import serializers")) == []
     assert violations("terminals.runtime.shell", imports_of("terminals.runtime.shell", "from .pty import PtySession\n"
@@ -197,3 +211,40 @@ def test_the_map_check_catches_a_missing_module():
         "runtime/new_part.py", "new_core.py"]
     assert unmapped(readme.replace("`shell.py` (a shell", "`shell` (a shell"), ["runtime/shell.py"]) == [
         "runtime/shell.py"]
+
+
+# Sizes a reader can take in: no module over 400 lines, no function over 60 (migrations and vendored files aside)
+
+MODULE_LINES, FUNCTION_LINES = 400, 60
+
+
+def oversized(path: str, source: str) -> list[str]:
+    """The module itself if it is over MODULE_LINES, and each function over FUNCTION_LINES, with their sizes."""
+    found = []
+    lines = len(source.splitlines())
+    if lines > MODULE_LINES:
+        found.append(f"{path}: {lines} lines (at most {MODULE_LINES})")
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            length = node.end_lineno - node.lineno + 1
+            if length > FUNCTION_LINES:
+                found.append(f"{path}: {node.name}() is {length} lines (at most {FUNCTION_LINES})")
+    return found
+
+
+def test_no_module_or_function_is_too_long_to_read():
+    """The service's code: the app, its settings, and the client package (the tests are not held to it)."""
+    root = APP.parent
+    paths = [path for _, path in app_modules()] + sorted((root / "config").glob("*.py")) + sorted(
+        (root / "clients" / "python").rglob("*.py"))
+    found = []
+    for path in paths:
+        found += oversized(str(path.relative_to(root)), path.read_text())
+    assert found == []
+
+
+def test_the_size_check_catches_a_long_module_and_a_long_function():
+    long_function = "def f():\n" + "    x = 1\n" * 60
+    assert oversized("terminals/a.py", long_function) == ["terminals/a.py: f() is 61 lines (at most 60)"]
+    assert oversized("terminals/a.py", "x = 1\n" * 401) == ["terminals/a.py: 401 lines (at most 400)"]
+    assert oversized("terminals/a.py", "def f():\n" + "    x = 1\n" * 59 + "x = 1\n" * 340) == []
