@@ -120,8 +120,8 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             # channels_redis's layer, with one receiver per process that no cancelled receive() can take a
-            # message from (terminals/channel_layer.py).
-            "BACKEND": "terminals.channel_layer.RedisChannelLayer",
+            # message from (terminals/plumbing/channel_layer.py).
+            "BACKEND": "terminals.plumbing.channel_layer.RedisChannelLayer",
             # The read timeout must outlast channels_redis's 5 s blocking pop; connecting fails fast. A command
             # on a pooled connection that Redis closed (it restarted) is tried once more, on a new connection.
             "CONFIG": {
@@ -137,11 +137,11 @@ if REDIS_URL:
     }
     # Throttle counts only: short timeouts, so a frozen Redis delays a request by a second at most (throttling.py
     # then lets requests through uncounted for a while).
-    CACHES = {"default": {"BACKEND": "terminals.shared_cache.SharedRedisCache", "LOCATION": REDIS_URL,
+    CACHES = {"default": {"BACKEND": "terminals.plumbing.shared_cache.SharedRedisCache", "LOCATION": REDIS_URL,
                           "OPTIONS": {"socket_timeout": 1, "socket_connect_timeout": 1}}}
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 1000}}}
-    CACHES = {"default": {"BACKEND": "terminals.shared_cache.LocalCache"}}
+    CACHES = {"default": {"BACKEND": "terminals.plumbing.shared_cache.LocalCache"}}
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -213,7 +213,7 @@ LOGGING = {
     "filters": {
         "secrets": {"()": "terminals.redaction.RedactSecrets"},
         # Each refused request is logged once, by the service, on terminals.refusals (INFO): see log_filters.py.
-        "server_errors_only": {"()": "terminals.log_filters.ServerErrorsOnly"},
+        "server_errors_only": {"()": "terminals.plumbing.log_filters.ServerErrorsOnly"},
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "filters": ["secrets"],
                              "formatter": env_choice("TERMINALS_LOG_FORMAT", "plain", ("plain", "json"))}},

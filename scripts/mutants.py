@@ -297,7 +297,7 @@ MUTANTS = [
     ),
     Mutant(
         "outage-logged-each-time", "a database outage is logged once, not per request",
-        "terminals/outage.py",
+        "terminals/plumbing/outage.py",
         '''        if _since is not None:
             return
         _since = time.monotonic()''',
@@ -306,7 +306,7 @@ MUTANTS = [
     ),
     Mutant(
         "daphne-cancels-before-hooks", "a stopping web process closes its clients before daphne cancels them",
-        "terminals/lifecycle.py",
+        "terminals/plumbing/lifecycle.py",
         '''        await shut_down()
         await cancel_applications(server)''',
         '''        asyncio.ensure_future(shut_down())

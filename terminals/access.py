@@ -21,7 +21,7 @@ from django.contrib.auth import get_user_model
 
 from .exceptions import ServiceError, TerminalNotFound, Unauthorized
 from .models import ApiKey, TerminalSession, ViewGrant
-from .rounds import RoundWatch
+from .plumbing.rounds import RoundWatch
 
 CHECK_SECONDS = 2.0  # how soon an open connection ends after its access was taken away (plus the check itself)
 CHUNK = 500  # ids per statement, well below SQLite's limit on a statement's variables

@@ -7,7 +7,7 @@ class TerminalsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import outage  # noqa: F401 - listens for the first new connection after a database outage
+        from .plumbing import outage  # noqa: F401 - listens for the first new connection after a database outage
         from .runtime.confinement import make_undumpable
 
         # Every process holding the settings (web, worker, commands): terminals must not read them from /proc.

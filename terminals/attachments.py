@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from rest_framework.exceptions import AuthenticationFailed
 
-from . import database_threads, sessions
+from . import sessions
+from .plumbing import database_threads
 from .audit import Actor, audit
 from .auth import usable_key
 from .exceptions import AuditUnavailable, DatabaseUnavailable, ServiceError, TerminalNotFound, terminal_inactive

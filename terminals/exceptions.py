@@ -10,7 +10,7 @@ from django.http import Http404
 from drf_spectacular.utils import inline_serializer
 from rest_framework import exceptions, serializers, status
 
-from . import outage
+from .plumbing import outage
 from .redaction import redact, redact_data
 
 logger = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ import re
 
 from django.conf import settings
 
-from . import database_threads
+from .plumbing import database_threads
 from .audit import Actor, audit
 from .exceptions import AuditUnavailable
 

@@ -18,7 +18,7 @@ from django.db.models import QuerySet
 from .audit import Actor, audit
 from .exceptions import WorkerUnavailable, recording_not_found
 from .models import AuditEvent, Recording, Worker
-from .runtime.recording import digest
+from .runtime.asciicast import digest
 from .sessions import session_get_for
 from .remote import client as worker_client
 from .remote import protocol

@@ -14,7 +14,7 @@ import redis.asyncio as redis_client
 from channels.exceptions import ChannelFull
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from terminals.channel_layer import RedisChannelLayer, RedisTooOld
+from terminals.plumbing.channel_layer import RedisChannelLayer, RedisTooOld
 
 from .runtime_support import wait_until
 from .servers import ROOT, service_env, start_redis

@@ -143,8 +143,8 @@ def test_every_interface_answers_503_database_unavailable_during_an_outage_and_w
     assert api.post(f"/api/terminals/{terminal}/input", json={"input": "x"}).status_code == 200
     log = web.log()
     assert "Traceback" not in log, log[-5000:]
-    assert log.count("WARNING terminals.outage: database unavailable") == 1, log[-5000:]
-    assert log.count("INFO terminals.outage: database available again") == 1, log[-5000:]
+    assert log.count("WARNING terminals.plumbing.outage: database unavailable") == 1, log[-5000:]
+    assert log.count("INFO terminals.plumbing.outage: database available again") == 1, log[-5000:]
     assert "Service Unavailable" not in log  # django.request's line for each 503
     api.cleanup()
 

@@ -1,4 +1,4 @@
-"""The asciicast writer (terminals/runtime/recording.py), alone: what it writes parses as asciicast v2, the real
+"""The asciicast writer (terminals/runtime/asciicast.py), alone: what it writes parses as asciicast v2, the real
 asciinema tool (2.4.0, from PyPI) reads it and gives back the output bytes in order, times count from the start and
 never go back, the read path never touches the disk, input stays out unless asked for, and the size cap holds and
 is marked in the file."""
@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from terminals.runtime.recording import Recording
+from terminals.runtime.asciicast import Recording
 
 ASCIINEMA = str(Path(sys.executable).parent / "asciinema")
 
@@ -77,7 +77,7 @@ def test_the_size_cap_holds_and_is_marked(tmp_path):
 
 
 def test_output_faster_than_the_flusher_is_dropped_beyond_the_pending_bound_and_marked(tmp_path, monkeypatch):
-    from terminals.runtime import recording as module
+    from terminals.runtime import asciicast as module
 
     monkeypatch.setattr(module, "PENDING_LIMIT", 1000)
     path = tmp_path / "flood.cast"

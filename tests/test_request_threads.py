@@ -8,7 +8,7 @@ import threading
 import pytest
 import requests
 
-from terminals.request_threads import ExecutorPool
+from terminals.plumbing.request_threads import ExecutorPool
 
 from .client import Api
 

@@ -128,7 +128,7 @@ def test_an_embedded_server_stops_with_every_live_client_closed_cleanly(orm, key
 @pytest.fixture
 def stopping(monkeypatch):
     """This process as a server between SIGTERM and its exit."""
-    from terminals import lifecycle
+    from terminals.plumbing import lifecycle
 
     monkeypatch.setattr(lifecycle, "_stopping", True)
 

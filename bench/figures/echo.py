@@ -92,7 +92,7 @@ async def measure(modes: list[str]) -> FigureResult:
         "floor is a channels consumer under daphne (bench/floor/echo.py) that answers each input frame with an "
         "output frame at once, with no terminal, worker or channel layer: the part of a key that is the stack's. "
         "The Redis channel layer's round trip: split mode's layer (channels_redis's, with one receiver per "
-        "process: terminals/channel_layer.py), with its capacity and expiry, "
+        "process: terminals/plumbing/channel_layer.py), with its capacity and expiry, "
         "sending a message to a channel whose reader sends it back, on a redis-server of its own, one at a time; "
         "a key in split mode makes this trip once (to the worker and back) before its echo."
     )
@@ -147,7 +147,7 @@ async def _floor(count: int) -> dict:
 
 async def _layer_round_trip(count: int) -> dict:
     """One message to a channel and back through Redis with split mode's layer (not the service)."""
-    from terminals.channel_layer import RedisChannelLayer
+    from terminals.plumbing.channel_layer import RedisChannelLayer
 
     from tests import servers
 

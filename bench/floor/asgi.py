@@ -1,5 +1,5 @@
 """daphne bench.floor.asgi:application (DJANGO_SETTINGS_MODULE=bench.floor.settings): the service's own Django
-handler (terminals/request_threads.py, threads reused as in config/asgi.py), without the service's other routes;
+handler (terminals/plumbing/request_threads.py, threads reused as in config/asgi.py), without the service's other routes;
 for WebSockets the echo floor (bench/floor/echo.py) on the service's WebSocket path, and the create floor's attach
 (bench/floor/create.py) on /ws/floor/."""
 
@@ -7,7 +7,7 @@ import django
 
 django.setup(set_prefix=False)
 
-from terminals.request_threads import ReusedThreadsASGIHandler  # noqa: E402 - Django must be set up first
+from terminals.plumbing.request_threads import ReusedThreadsASGIHandler  # noqa: E402 - Django must be set up first
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import path  # noqa: E402

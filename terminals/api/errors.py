@@ -20,7 +20,7 @@ from ..exceptions import (
     envelope,
     retry_after,
 )
-from ..log_filters import log_refusal
+from ..plumbing.log_filters import log_refusal
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ def server_error(request):
 
 def database_unavailable(request, error: DatabaseUnavailable) -> JsonResponse:
     """A request that failed outside DRF's views because the database is away: 503 with Retry-After, not logged
-    by django.request (the outage is logged once, terminals/outage.py)."""
+    by django.request (the outage is logged once, terminals/plumbing/outage.py)."""
     response = JsonResponse(envelope(error.default_code, error.message, error.details), status=error.status_code)
     response["Retry-After"] = retry_after(error.wait)
     response._has_been_logged = True

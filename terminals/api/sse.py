@@ -8,7 +8,8 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 
-from .. import lifecycle, metrics
+from .. import metrics
+from ..plumbing import lifecycle
 from ..remote.follow import QUIET, Event
 
 STOPPED = Event("error", {"code": "SERVER_STOPPING",

@@ -21,7 +21,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from .. import sessions
-from ..log_filters import log_refusal
+from ..plumbing.log_filters import log_refusal
 from ..exceptions import InvalidInput, ServiceError, TerminalNotFound, retry_after
 from ..models import TerminalSession
 from ..throttling import count_creation

@@ -16,7 +16,8 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.consumer import get_handler_name
 from django.db import DatabaseError
 
-from .. import access, attachments, lifecycle, live_connections, metrics, sessions
+from .. import access, attachments, live_connections, metrics, sessions
+from ..plumbing import lifecycle
 from ..audit import Actor
 from ..exceptions import (
     AuditUnavailable,

@@ -3,7 +3,8 @@ origin), and where in the output it resumes."""
 
 from __future__ import annotations
 
-from .. import attachments, database_threads, json_input, origins
+from .. import attachments, json_input, origins
+from ..plumbing import database_threads
 from ..audit import Actor
 from ..auth import key_from_headers
 

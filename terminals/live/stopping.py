@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from .. import lifecycle
+from ..plumbing import lifecycle
 
 STOP_WAIT_SECONDS = 5.0  # how long a stopping server waits for its clients to take their close
 

@@ -8,7 +8,7 @@ serves any call, and progress notifications still arrive on the POST's event str
 advertised (clients that see it ignore the key header they were given).
 
 daphne sends no ASGI lifespan events, so the SDK's session managers start on the first MCP request, in one task
-that holds them until the server stops (terminals/lifecycle.py).
+that holds them until the server stops (terminals/plumbing/lifecycle.py).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from channels.db import DatabaseSyncToAsync
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 
-from .. import lifecycle, metrics
+from .. import metrics
+from ..plumbing import lifecycle
 from ..audit import Actor, audit
 from ..exceptions import ServiceError, envelope
 from ..throttling import ApiKeyRateThrottle

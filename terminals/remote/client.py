@@ -11,7 +11,7 @@ from channels.exceptions import ChannelFull
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from .. import clock, database_threads
+from ..plumbing import clock, database_threads
 from . import lost
 from ..exceptions import ServiceError, WorkerUnavailable, from_code, terminal_inactive
 from . import protocol

@@ -12,7 +12,8 @@ from typing import NamedTuple
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from .. import access, database_threads
+from .. import access
+from ..plumbing import database_threads
 from ..audit import Actor, audit
 from ..exceptions import ServiceError, terminal_inactive
 from ..runtime.utf8 import decode

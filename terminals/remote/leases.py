@@ -16,7 +16,7 @@ from collections import defaultdict
 
 from channels.layers import get_channel_layer
 
-from .. import clock
+from ..plumbing import clock
 from . import protocol
 
 logger = logging.getLogger(__name__)

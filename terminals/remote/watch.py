@@ -18,7 +18,7 @@ import time
 from django.conf import settings
 
 from . import lost
-from ..rounds import RoundWatch
+from ..plumbing.rounds import RoundWatch
 
 WATCH_SECONDS = 2.0  # how soon after its terminal is lost, or its worker stops beating, a connection is told
 WORKER_LOST = "terminal.worker_lost"  # the event handed to a connection: terminal, lost (bool)

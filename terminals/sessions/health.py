@@ -11,7 +11,7 @@ from django.db import connection
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from .. import lifecycle
+from ..plumbing import lifecycle
 from ..environment import isolation
 from ..exceptions import ServiceError
 from ..models import TerminalSession, Worker

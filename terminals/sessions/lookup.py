@@ -11,7 +11,7 @@ from django.db.models import Exists, OuterRef
 from ..exceptions import Forbidden, ServiceError, TerminalNotFound
 from ..ids import parse_uuid
 from ..models import Recording, TerminalSession, Worker
-from ..prepared import PreparedLookup
+from ..plumbing.prepared import PreparedLookup
 from ..record_shapes import recording_data, session_data
 from ..remote import protocol
 from .routing import _ask_worker, _hosted_here

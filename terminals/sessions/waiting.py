@@ -11,7 +11,8 @@ from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.db import DatabaseError
 
-from .. import access, database_threads, live_connections
+from .. import access, live_connections
+from ..plumbing import database_threads
 from ..audit import Actor, audit
 from ..environment import invalid
 from ..exceptions import TerminalNotFound, database_unavailable, terminal_inactive

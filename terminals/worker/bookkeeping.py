@@ -14,7 +14,7 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from .. import clock
+from ..plumbing import clock
 from ..ids import uuid_keys
 from ..audit import SYSTEM, audit, audit_carried
 from ..exceptions import AuditUnavailable

@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from ..database_threads import DatabaseThreads
+from ..plumbing.database_threads import DatabaseThreads
 
 logger = logging.getLogger(__name__)
 

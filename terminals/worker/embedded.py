@@ -6,7 +6,7 @@ import asyncio
 
 from django.conf import settings
 
-from .. import lifecycle
+from ..plumbing import lifecycle
 from ..remote import here
 from .server import TerminalWorker
 

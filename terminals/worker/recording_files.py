@@ -1,6 +1,6 @@
 """The recordings a worker writes: one asciicast file per recorded terminal, under this host's recordings directory.
 
-The PTY's read path only appends events to its Recording (runtime/recording.py). Here, every RECORDING_FLUSH_MS,
+The PTY's read path only appends events to its Recording (runtime/asciicast.py). Here, every RECORDING_FLUSH_MS,
 one task takes each recording's new events on the event loop and writes them all in one thread, so neither the
 read path nor the loop waits on the disk. A terminal that has ended gets its exit marker and a last write; then
 the file's size and SHA-256 go on record, and into the audit trail, where `verify_audit` checks them later.
@@ -21,7 +21,7 @@ from django.conf import settings
 
 from . import bookkeeping
 from ..runtime.errors import RecordingNotFound
-from ..runtime.recording import Recording, digest
+from ..runtime.asciicast import Recording, digest
 from ..remote import protocol
 
 logger = logging.getLogger(__name__)

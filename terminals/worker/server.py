@@ -16,7 +16,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import close_old_connections
 
-from ..clock import now as database_now
+from ..plumbing.clock import now as database_now
 from ..exceptions import ServiceError, database_unavailable
 from ..remote import leases, protocol
 from ..runtime import integrity, sealed

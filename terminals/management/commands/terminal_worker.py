@@ -10,7 +10,7 @@ from channels.layers import get_channel_layer
 from redis.exceptions import RedisError
 
 from terminals import metrics
-from terminals.channel_layer import RedisTooOld
+from terminals.plumbing.channel_layer import RedisTooOld
 from terminals.environment import separation_warning
 from terminals.worker.server import TerminalWorker
 

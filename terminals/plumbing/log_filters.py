@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 
-from . import metrics
-from .redaction import redact
+from .. import metrics
+from ..redaction import redact
 
 refusals = logging.getLogger("terminals.refusals")
 

@@ -70,4 +70,4 @@ def _reconnected(sender, connection, **kwargs) -> None:
         logger.info("database available again after %.1f s", time.monotonic() - since)
 
 
-connection_created.connect(_reconnected, dispatch_uid="terminals.outage")
+connection_created.connect(_reconnected, dispatch_uid="terminals.plumbing.outage")

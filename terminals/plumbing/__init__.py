@@ -1,0 +1,1 @@
+"""The service's plumbing, under every interface: database work off the event loop (database_threads, request_threads, prepared), the Redis channel layer and shared cache, the database's clock, a clean stop (lifecycle), once-a-round checks (rounds), an unreachable database (outage), refusals logged once (log_filters), static files."""
