@@ -121,6 +121,47 @@ def _status_of(terminal_id) -> str:
         connection.close()
 
 
+def test_the_heartbeat_is_written_on_time_while_the_workers_database_writes_and_threads_are_stuck(orm, settings):
+    """The liveness signal waits neither behind the worker's queue of database writes nor behind asyncio's shared
+    threads (adding accounts, rendering screens): with both stuck, the heartbeat still advances beat after beat, so
+    the web processes do not give up on a worker that is only busy."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    settings.TERMINALS = {**settings.TERMINALS, "HEARTBEAT_INTERVAL_MS": 200}
+    release = threading.Event()
+    reader = ThreadPoolExecutor(1)
+
+    async def body(worker):
+        loop = asyncio.get_running_loop()
+        stuck = [asyncio.ensure_future(worker.database.run(release.wait))]
+        stuck += [asyncio.ensure_future(asyncio.to_thread(release.wait)) for _ in range(40)]
+        try:
+            seen = [await loop.run_in_executor(reader, _last_seen, worker.id)]
+
+            async def advanced_twice():
+                beat = await loop.run_in_executor(reader, _last_seen, worker.id)
+                if beat > seen[-1]:
+                    seen.append(beat)
+                return len(seen) >= 3
+
+            await eventually(advanced_twice, "two heartbeats while the worker's threads are stuck", timeout=20)
+        finally:
+            release.set()
+            await asyncio.gather(*stuck)
+
+    run(with_worker(body))
+    reader.shutdown()
+
+
+def _last_seen(worker_id):
+    from django.db import connection
+
+    try:
+        return Worker.objects.get(pk=worker_id).last_seen
+    finally:
+        connection.close()
+
+
 def test_worker_answers_unknown_requests_with_an_error_and_drops_expired_ones(orm):
     """An unknown request type gets an error reply; a request whose caller gave up gets none."""
 

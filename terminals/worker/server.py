@@ -93,6 +93,7 @@ class TerminalWorker:
         await self.upkeep.reap_lost()
         self._spawn(self._listen(self.channel))
         self._spawn(self._listen(protocol.CREATE_CHANNEL))
+        self._spawn(self.upkeep.keep_alive())
         self._spawn(self._every(settings.TERMINALS["HEARTBEAT_INTERVAL_MS"] / 1000, self.upkeep.beat))
         self._spawn(self._every(settings.TERMINALS["SWEEP_INTERVAL_MS"] / 1000, self.upkeep.sweep_idle))
         self._spawn(self._every(settings.TERMINALS["RECORDING_FLUSH_MS"] / 1000, self.recordings.flush))

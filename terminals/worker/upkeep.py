@@ -8,9 +8,11 @@ import logging
 import os
 import signal
 from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 
 from django.conf import settings
 
+from ..exceptions import database_unavailable
 from ..remote import leases, protocol
 from ..runtime import confinement as confine
 from ..runtime.errors import TerminalError
@@ -42,19 +44,43 @@ class Upkeep:
         self.silence = Silence(settings.TERMINALS["HEARTBEAT_INTERVAL_MS"] / 1000)
         self._ending_vanished: set[str] = set()  # terminals whose record was deleted, being ended
         self._leases_checked = 0.0  # when expire_leases last ran (or the worker started), by the loop's clock
+        # The liveness signal's own thread: asyncio's shared ones can all be busy for seconds (adding accounts,
+        # rendering screens), and a heartbeat queued behind them makes the web processes give up on this worker.
+        self._heartbeat_thread = ThreadPoolExecutor(1, thread_name_prefix="heartbeat")
 
     def started(self) -> None:
         self._leases_checked = asyncio.get_running_loop().time()
 
     # The heartbeat, and what it finds
 
+    async def keep_alive(self) -> None:
+        """Writes the liveness signal every heartbeat interval, at a fixed rate, until cancelled. It queues neither
+        behind the worker's other database writes (under load they lag for seconds) nor behind beat()'s work; a
+        late or failed one is logged, so a worker judged gone says why."""
+        loop = asyncio.get_running_loop()
+        interval = settings.TERMINALS["HEARTBEAT_INTERVAL_MS"] / 1000
+        due = loop.time()
+        while True:
+            due = max(due + interval, loop.time())  # after a late one, the next is an interval later, not at once
+            await asyncio.sleep(due - loop.time())
+            try:
+                await loop.run_in_executor(self._heartbeat_thread, bookkeeping.worker_alive, self.worker_id)
+            except Exception as error:  # noqa: BLE001 - the next one tries again
+                self.silence.interrupted()  # nobody is judged across a gap in this worker's own beats
+                if database_unavailable(error) is None:  # an outage is logged once, by outage.noticed
+                    logger.exception("this worker's heartbeat could not be written; trying again in %.1f s", interval)
+                continue
+            late = loop.time() - due
+            if late > interval:
+                logger.warning("this worker's heartbeat was written %.1f s late (the interval is %.1f s; web "
+                               "processes judge a worker gone after three); its database writes are slow", late,
+                               interval)
+
     async def beat(self) -> None:
-        # The liveness signal does not queue behind the audit writes: under load they can lag for
-        # seconds, and a late heartbeat makes the web processes give up on this worker.
+        """What the heartbeat finds: this worker's terminals whose records changed, and other workers gone."""
         activity = {session_id: session.last_activity for session_id, session in self.manager.items()}
         running = frozenset(session_id for session_id, session in self.manager.items() if session.is_alive)
         try:
-            await asyncio.to_thread(bookkeeping.worker_alive, self.worker_id)
             beat = await self.database.run(lambda: bookkeeping.worker_beat(self.worker_id, activity, running))
         except Exception:
             self.silence.interrupted()  # the database did not take this beat: nobody is judged across the gap
