@@ -262,6 +262,14 @@ TERMINALS = {
     "HEARTBEAT_INTERVAL_MS": env_int("TERMINALS_HEARTBEAT_INTERVAL_MS", 5000, minimum=100),
     # Live connections (WebSockets and follow streams) one user may hold open at once, in each web process.
     "MAX_LIVE_CONNECTIONS_PER_USER": env_int("TERMINALS_MAX_LIVE_CONNECTIONS_PER_USER", 200, minimum=1),
+    # Waits (for output, a command or an exit, longer than access.CHECK_SECONDS) one user may have in progress at
+    # once, in each web process: each holds one of the process's REQUEST_THREADS while it waits.
+    "MAX_WAITS_PER_USER": env_int("TERMINALS_MAX_WAITS_PER_USER", 16, minimum=1),
+    # Requests a web process runs at once, each on a thread with its own database connection (so this bounds the
+    # process's connections); a request that finds them all busy waits up to REQUEST_QUEUE_MS for one, then
+    # answers 503 SERVER_BUSY with Retry-After.
+    "REQUEST_THREADS": env_int("TERMINALS_REQUEST_THREADS", 64, minimum=2),
+    "REQUEST_QUEUE_MS": env_int("TERMINALS_REQUEST_QUEUE_MS", 10_000, minimum=0),
     # How long a follow stream (SSE) stays silent before a keepalive comment, so proxies keep it open.
     "SSE_KEEPALIVE_MS": env_int("TERMINALS_SSE_KEEPALIVE_MS", 15000, minimum=100),
     # host:port where this process also serves /metrics without authentication; empty: only GET /api/metrics.

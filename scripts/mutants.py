@@ -376,4 +376,32 @@ MUTANTS = [
         '''        interval = self.interval''',
         ("tests/test_worker_liveness.py::test_silence_is_counted_in_the_silent_workers_intervals_not_the_judges",),
     ),
+    Mutant(
+        "waits-uncapped", "one user's waits can take every request thread of a web process",
+        "terminals/live_connections.py",
+        "        if _waiting[user.pk] >= limit:",
+        "        if False:",
+        ("tests/test_request_bound.py::test_waits_are_capped_per_user_and_a_full_process_answers_server_busy",),
+    ),
+    Mutant(
+        "request-threads-unbounded", "a web process runs any number of requests, each with a database connection",
+        "terminals/plumbing/request_threads.py",
+        "        self.executors = ExecutorPool(limit=settings.TERMINALS[\"REQUEST_THREADS\"])",
+        "        self.executors = ExecutorPool()",
+        ("tests/test_request_bound.py::test_waits_are_capped_per_user_and_a_full_process_answers_server_busy",),
+    ),
+    Mutant(
+        "streams-hold-threads", "each follow stream keeps a request thread for as long as it lasts",
+        "terminals/plumbing/request_threads.py",
+        "                on_streaming()  # a stream runs",
+        "                pass  # a stream runs",
+        ("tests/test_request_bound.py::test_follow_streams_do_not_hold_request_threads",),
+    ),
+    Mutant(
+        "heartbeat-behind-queue", "the heartbeat waits behind the worker's database queue and shared threads",
+        "terminals/worker/server.py",
+        "        self._spawn(self.upkeep.keep_alive())",
+        "        pass",
+        ("tests/test_worker.py::test_the_heartbeat_is_written_on_time_while_the_workers_database_writes_and_threads_are_stuck",),
+    ),
 ]

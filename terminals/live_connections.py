@@ -21,6 +21,7 @@ from django.conf import settings
 from .exceptions import LimitReached
 
 _held: Counter[int] = Counter()  # user pk -> open live connections in this process
+_waiting: Counter[int] = Counter()  # user pk -> waits in progress in this process (also counted in _held)
 _lock = threading.Lock()  # slots are taken on the event loop (WebSockets) and on request threads (SSE)
 
 
@@ -56,12 +57,28 @@ def take(user) -> Slot:
 
 @contextmanager
 def holding(user) -> Iterator[Slot]:
-    """A slot for the duration of a with block (a wait)."""
-    slot = take(user)
+    """A slot for the duration of a with block (a wait): a live connection, and one of the user's waits, which
+    each hold a request thread of the web process (plumbing/request_threads.py). Without their own cap, one
+    user's waits could take every thread and leave other users' requests queued until they answer 503."""
+    limit = settings.TERMINALS["MAX_WAITS_PER_USER"]
+    with _lock:
+        if _waiting[user.pk] >= limit:
+            raise LimitReached(
+                f"you already have {limit} waits in progress on this server, its limit per user "
+                "(TERMINALS_MAX_WAITS_PER_USER); let one end first, or wait with a shorter timeout and wait again",
+                {"limit": limit})
+        _waiting[user.pk] += 1
     try:
-        yield slot
+        slot = take(user)
+        try:
+            yield slot
+        finally:
+            slot.release()
     finally:
-        slot.release()
+        with _lock:
+            _waiting[user.pk] -= 1
+            if _waiting[user.pk] <= 0:
+                del _waiting[user.pk]
 
 
 def held(user) -> int:

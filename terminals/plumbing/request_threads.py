@@ -13,6 +13,12 @@ wait), and gives it back when it ends. Its thread keeps its database
 connection (CONN_MAX_AGE) for the next request. Executors idle for
 IDLE_SECONDS are closed, with their connections.
 
+At most TERMINALS_REQUEST_THREADS requests run at once: each thread holds a database connection, and without a
+bound a burst of requests (or a slow worker) took every connection PostgreSQL had, the workers' heartbeats among
+them, and with them every host's terminals (bench figure 11, docs/capacity.md). A request that finds them all
+busy waits for one, up to TERMINALS_REQUEST_QUEUE_MS, then answers 503 SERVER_BUSY with Retry-After. Long waits
+hold a thread each, so each user's are capped below the bound (live_connections.holding).
+
 Measured with a client polling `GET output` against the embedded server:
 10.1 ms of server CPU per request before, 8.4 ms with reused threads, 5.9 ms
 with the middleware chain in one hop as well (see ReusedThreadsASGIHandler).
@@ -21,11 +27,15 @@ with the middleware chain in one hop as well (see ReusedThreadsASGIHandler).
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from django.conf import settings
 from django.core import signals
 from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.core.exceptions import RequestAborted
@@ -33,17 +43,52 @@ from django.db import connections
 from django.http import FileResponse
 from django.urls import set_script_prefix
 
+logger = logging.getLogger(__name__)
+
 IDLE_SECONDS = 60.0
+BUSY_LOG_SECONDS = 10.0  # refusals for want of a thread are logged at most this often
 
 
 class ExecutorPool:
     """Idle one-thread executors, the most recently used first."""
 
-    def __init__(self, idle_seconds: float = IDLE_SECONDS) -> None:
+    def __init__(self, idle_seconds: float = IDLE_SECONDS, limit: int = 0) -> None:
         self.idle_seconds = idle_seconds
+        self.limit = limit  # executors lent through acquire() at once; 0: no bound
         self._idle: list[tuple[ThreadPoolExecutor, float]] = []  # (executor, when it became idle); newest last
         self._lock = threading.Lock()
         self.started = 0  # executors made (tests read it)
+        self._slots: asyncio.Semaphore | None = None  # made on the event loop at the first acquire()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lent: set[ThreadPoolExecutor] = set()  # acquired, their slot not released yet
+
+    async def acquire(self, within: float) -> ThreadPoolExecutor | None:
+        """An executor for one request, once fewer than limit are lent (waiting up to within seconds for one to
+        be given back); None if none was. give_back() returns it."""
+        if not self.limit:
+            return self.take()
+        if self._slots is None:
+            self._slots, self._loop = asyncio.Semaphore(self.limit), asyncio.get_running_loop()
+        if not self._slots.locked():
+            await self._slots.acquire()  # free now: no wait, no timer
+        else:
+            try:
+                await asyncio.wait_for(self._slots.acquire(), within)
+            except asyncio.TimeoutError:
+                return None
+        executor = self.take()
+        with self._lock:
+            self._lent.add(executor)
+        return executor
+
+    def release(self, executor: ThreadPoolExecutor) -> None:
+        """Frees the slot acquire() lent executor under (once; from any thread): when its work has ended, or when
+        its request streams from the event loop and no longer runs on it."""
+        with self._lock:
+            if executor not in self._lent:
+                return
+            self._lent.discard(executor)
+        self._loop.call_soon_threadsafe(self._slots.release)
 
     def take(self) -> ThreadPoolExecutor:
         with self._lock:
@@ -65,6 +110,7 @@ class ExecutorPool:
             self._idle = [entry for entry in self._idle if now - entry[1] <= self.idle_seconds]
         for old, _ in stale:
             _close(old)
+        self.release(executor)  # lent by acquire(): its slot is free once its work has ended
 
     def idle(self) -> int:
         return len(self._idle)
@@ -89,12 +135,13 @@ class ReusedThreadsASGIHandler(ASGIHandler):
         # and back, twice (request and response): a dozen thread hand-offs per request. The sync chain runs
         # all of them and the view in a single hop.
         self.load_middleware(is_async=False)
-        self.executors = ExecutorPool()
+        self.executors = ExecutorPool(limit=settings.TERMINALS["REQUEST_THREADS"])
+        self._busy_logged = 0.0
 
     async def get_response_async(self, request):
         return await sync_to_async(self.get_response, thread_sensitive=True)(request)
 
-    async def handle(self, scope, receive, send):
+    async def handle(self, scope, receive, send, on_streaming: Callable[[], None] = lambda: None):
         """Django's handle(), with the request's synchronous work in one hop instead of three.
 
         Django hops to the request's thread for request_started's receivers, again for the middleware and the
@@ -112,6 +159,7 @@ class ReusedThreadsASGIHandler(ASGIHandler):
         try:
             response = await sync_to_async(self._respond, thread_sensitive=True)(scope, body_file)
             if response.streaming:
+                on_streaming()  # a stream runs on the event loop for as long as it lasts, not on its thread
                 await self._stream(response, receive, send)
             else:
                 # A client gone by now is daphne's to notice: a reply to a closed connection goes nowhere.
@@ -129,6 +177,8 @@ class ReusedThreadsASGIHandler(ASGIHandler):
                 response.block_size = self.chunk_size
         if not response.streaming:
             response.close()
+        else:
+            connections.close_all()  # the thread idles while the response streams: it holds no connection meanwhile
         return response
 
     async def _stream(self, response, receive, send):
@@ -148,9 +198,31 @@ class ReusedThreadsASGIHandler(ASGIHandler):
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await super().__call__(scope, receive, send)  # Django's own refusal
-        executor = self.executors.take()
+        executor = await self.executors.acquire(settings.TERMINALS["REQUEST_QUEUE_MS"] / 1000)
+        if executor is None:
+            return await self._refuse_busy(send)
         try:
             async with ThreadSensitiveContext(executor=executor):
-                await self.handle(scope, receive, send)
+                await self.handle(scope, receive, send, on_streaming=lambda: self.executors.release(executor))
         finally:
             self.executors.give_back(executor)
+
+    async def _refuse_busy(self, send) -> None:
+        """503 SERVER_BUSY, in the error envelope, for a request no thread was free for within the queue's time."""
+        limit = self.executors.limit
+        now = time.monotonic()
+        if now - self._busy_logged >= BUSY_LOG_SECONDS:
+            self._busy_logged = now
+            logger.warning("all %d request threads stayed busy for %d ms: requests answer 503 SERVER_BUSY (raise "
+                           "TERMINALS_REQUEST_THREADS, add web processes, or find what holds them)", limit,
+                           settings.TERMINALS["REQUEST_QUEUE_MS"])
+        body = json.dumps({"success": False, "error": {
+            "code": "SERVER_BUSY",
+            "message": f"this server is running as many requests as it may at once ({limit}, "
+                       "TERMINALS_REQUEST_THREADS) and none ended in time; nothing was done: send the request again "
+                       "after the Retry-After seconds",
+            "details": {"requestThreads": limit}}}).encode()
+        await send({"type": "http.response.start", "status": 503, "headers": [
+            (b"content-type", b"application/json"), (b"retry-after", b"1"),
+            (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})

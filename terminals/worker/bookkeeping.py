@@ -36,13 +36,16 @@ def worker_register(worker_id: str, channel: str, hostname: str, pid: int, space
 
 
 def worker_alive(worker_id: str) -> None:
-    """Refreshes the worker's heartbeat alone, and its view of the database's clock, from a thread of its own;
-    closes that thread's connection."""
+    """Refreshes the worker's heartbeat alone, and its view of the database's clock, from the heartbeat's own
+    thread (Upkeep.keep_alive), which keeps its connection between beats: with every connection the database
+    allows taken by others, a new one could not be opened and the worker would look gone. A connection that
+    failed is dropped, and the next beat opens another."""
     try:
         Worker.objects.filter(pk=worker_id).update(last_seen=Now())
         clock.measure()  # the database's clock, in which the worker judges request deadlines
-    finally:
+    except BaseException:
         connection.close()
+        raise
 
 
 class Beat(NamedTuple):

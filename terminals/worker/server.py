@@ -115,6 +115,7 @@ class TerminalWorker:
         self._shutting_down = True
         for task in list(self._tasks):
             task.cancel()
+        await self.upkeep.stop()
         statuses = await self.manager.shutdown()
         await self.recordings.flush(final=True)
         self.manager.retry_releases()

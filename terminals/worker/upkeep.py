@@ -11,6 +11,7 @@ from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 
 from django.conf import settings
+from django.db import connection
 
 from ..exceptions import database_unavailable
 from ..remote import leases, protocol
@@ -75,6 +76,15 @@ class Upkeep:
                 logger.warning("this worker's heartbeat was written %.1f s late (the interval is %.1f s; web "
                                "processes judge a worker gone after three); its database writes are slow", late,
                                interval)
+
+    async def stop(self) -> None:
+        """Closes the heartbeat's connection (once a beat under way has ended) and lets its thread go."""
+        loop = asyncio.get_running_loop()
+        try:
+            await asyncio.wait_for(loop.run_in_executor(self._heartbeat_thread, connection.close), 5)
+        except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - a stuck beat: its thread ends with the process
+            logger.warning("the heartbeat's connection could not be closed; it closes with the process")
+        self._heartbeat_thread.shutdown(wait=False)
 
     async def beat(self) -> None:
         """What the heartbeat finds: this worker's terminals whose records changed, and other workers gone."""
