@@ -99,9 +99,16 @@ def test_a_worker_marks_lost_the_terminals_of_one_silent_over_three_of_its_own_b
     orphan = TerminalSession.objects.create(owner=owner, shell="/bin/sh", cwd="/", worker=gone, pid=None)
 
     async def body(worker):
+        # What its beats see of the gone worker, and only of it: beat() would also judge the workers of the other
+        # deployments that share this test database, after beats far faster than real ones (their interval apart).
+        ticks = Clock()
+        ticks.now = 0.0
+        worker.upkeep.silence.clock = ticks
         statuses = [await asyncio.to_thread(_status_of, orphan.id)]
         for _ in range(4):  # the first beat sees the heartbeat, the next three see it unchanged
-            await worker.upkeep.beat()
+            worker.upkeep.silence.observe({gone.pk: long_ago})
+            await worker.upkeep.mark_lost()
+            ticks.now += 5.0  # one heartbeat interval between beats, as the worker's timer spaces them
             statuses.append(await asyncio.to_thread(_status_of, orphan.id))
         return statuses
 

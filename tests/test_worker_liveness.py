@@ -56,3 +56,28 @@ def test_a_worker_judged_gone_or_stopped_is_no_longer_watched():
         silence.observe({"other": BEAT})
     silence.observe({})
     assert silence.silent() == {}
+
+
+class Ticks:
+    """A judge's clock, moved by hand."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_beats_that_come_faster_than_their_interval_judge_nobody_until_the_time_has_passed():
+    """A judge whose beats bunch up (a test calling beat() in a loop saw every worker of the other deployments in
+    its database silent, and ended their terminals) finds a worker silent only once SILENT_BEATS of that worker's
+    intervals have passed by the judge's clock, however many of its own beats saw it unchanged."""
+    ticks = Ticks()
+    silence = Silence(interval_seconds=UNKNOWN_INTERVAL_SECONDS, clock=ticks)
+    for _ in range(10 * SILENT_BEATS):
+        silence.observe({"beating": BEAT})
+        ticks.now += 0.01
+    assert silence.silent() == {}
+    ticks.now = SILENT_BEATS * UNKNOWN_INTERVAL_SECONDS
+    silence.observe({"beating": BEAT})
+    assert silence.silent() == {"beating": BEAT}

@@ -14,6 +14,7 @@ nothing (a heartbeat is compared with itself, never with a clock); a judge that 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from datetime import datetime
 
 # Heartbeat intervals of silence that make a worker gone: three, as before (Worker.stale_before).
@@ -25,9 +26,15 @@ UNKNOWN_INTERVAL_SECONDS = 5.0
 
 
 class Silence:
-    def __init__(self, interval_seconds: float = UNKNOWN_INTERVAL_SECONDS) -> None:
+    def __init__(self, interval_seconds: float = UNKNOWN_INTERVAL_SECONDS,
+                 clock: Callable[[], float] | None = None) -> None:
         self.interval = interval_seconds  # this worker's own: its beats are at least this far apart
-        self._seen: dict[str, tuple[datetime, int]] = {}  # worker id: (its heartbeat, this worker's beats since)
+        # With a clock (a worker's: time.monotonic), silence must also have lasted SILENT_BEATS of the silent
+        # worker's intervals by it: beats that come faster than their interval (a test calling beat() in a loop,
+        # with other deployments' workers in the same database) judge nobody early. None: the beats alone count.
+        self.clock = clock
+        # worker id: (its heartbeat, this worker's beats since, when this worker first saw that heartbeat)
+        self._seen: dict[str, tuple[datetime, int, float]] = {}
         # worker id: the step between the last two of its heartbeats this worker saw (at least its interval; the
         # latest, so that one long pause of that worker does not slow its judging for good)
         self._steps: dict[str, float] = {}
@@ -35,11 +42,12 @@ class Silence:
     def observe(self, heartbeats: dict[str, datetime]) -> None:
         """At each successful beat of this worker: the heartbeat of every other worker not stopped or gone."""
         seen = {}
+        now = self.clock() if self.clock is not None else 0.0
         for worker_id, heartbeat in heartbeats.items():
-            previous, beats = self._seen.get(worker_id, (None, -1))
+            previous, beats, since = self._seen.get(worker_id, (None, -1, now))
             if previous is not None and heartbeat > previous:
                 self._steps[worker_id] = (heartbeat - previous).total_seconds()
-            seen[worker_id] = (heartbeat, beats + 1 if previous == heartbeat else 0)
+            seen[worker_id] = (heartbeat, beats + 1, since) if previous == heartbeat else (heartbeat, 0, now)
         self._seen = seen
         self._steps = {worker_id: step for worker_id, step in self._steps.items() if worker_id in heartbeats}
 
@@ -50,11 +58,15 @@ class Silence:
     def silent(self) -> dict[str, datetime]:
         """The workers whose heartbeat stayed the same over SILENT_BEATS of this worker's beats, and over as many
         of them as SILENT_BEATS of the silent worker's own intervals take, with the heartbeat they stopped at."""
-        return {worker_id: heartbeat for worker_id, (heartbeat, beats) in self._seen.items()
-                if beats >= self.beats_for(worker_id)}
+        now = self.clock() if self.clock is not None else None
+        return {worker_id: heartbeat for worker_id, (heartbeat, beats, since) in self._seen.items()
+                if beats >= self.beats_for(worker_id)
+                and (now is None or now - since >= SILENT_BEATS * self._interval_of(worker_id))}
+
+    def _interval_of(self, worker_id: str) -> float:
+        return self._steps.get(worker_id, UNKNOWN_INTERVAL_SECONDS)
 
     def beats_for(self, worker_id: str) -> int:
         """How many of this worker's beats make SILENT_BEATS intervals of the other's (its beats are at least its
         interval apart, so this many cover at least that much time)."""
-        interval = self._steps.get(worker_id, UNKNOWN_INTERVAL_SECONDS)
-        return max(SILENT_BEATS, math.ceil(SILENT_BEATS * interval / self.interval - 1e-9))
+        return max(SILENT_BEATS, math.ceil(SILENT_BEATS * self._interval_of(worker_id) / self.interval - 1e-9))
