@@ -290,6 +290,9 @@ TERMINALS = {
     "LIMIT_MEMORY_MB": env_int("TERMINALS_LIMIT_MEMORY_MB", 2048, minimum=0),
     "LIMIT_CPU_CORES": float(os.getenv("TERMINALS_LIMIT_CPU_CORES", "0") or 0),
     "CGROUPS": env_bool("TERMINALS_CGROUPS", True),
+    # Whether `manage.py terminal_worker` runs under a keeper (terminals/runtime/keeper.py), so that its terminals
+    # outlive it: SIGHUP restarts it in place, and a worker killed is started again and takes them back.
+    "KEEPER": env_bool("TERMINALS_KEEPER", False),
     # Live keys (WebSocket input): "batched" sends printable keys at once and commits their audit rows together
     # within 250 ms, before any key that can run anything goes out; "strict" commits a row before every frame
     # (terminals/keystrokes.py, SECURITY.md).

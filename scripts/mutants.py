@@ -372,8 +372,8 @@ MUTANTS = [
     Mutant(
         "silence-in-judges-beats", "silence is counted in the silent worker's own intervals",
         "terminals/worker/liveness.py",
-        '''        interval = self._steps.get(worker_id, UNKNOWN_INTERVAL_SECONDS)''',
-        '''        interval = self.interval''',
+        '''SILENT_BEATS * self._interval_of(worker_id) / self.interval - 1e-9))''',
+        '''SILENT_BEATS * self.interval / self.interval - 1e-9))''',
         ("tests/test_worker_liveness.py::test_silence_is_counted_in_the_silent_workers_intervals_not_the_judges",),
     ),
     Mutant(
@@ -403,5 +403,40 @@ MUTANTS = [
         "        self._spawn(self.upkeep.keep_alive())",
         "        pass",
         ("tests/test_worker.py::test_the_heartbeat_is_written_on_time_while_the_workers_database_writes_and_threads_are_stuck",),
+    ),
+    Mutant(
+        "ring-not-written", "output a killed worker held is not in memory its keeper holds",
+        "terminals/runtime/child.py",
+        "            self.ring.append(data)",
+        "            pass",
+        ("tests/test_keeper.py::test_terminals_outlive_their_worker[kill]",),
+    ),
+    Mutant(
+        "keeper-not-subreaper", "a program that exits while its worker is away is never reported",
+        "terminals/runtime/keeper.py",
+        "        become_subreaper()\n        wakeup_read",
+        "        wakeup_read",
+        ("tests/test_keeper.py::test_terminals_outlive_their_worker[kill]",),
+    ),
+    Mutant(
+        "commands-not-restored", "a command in flight loses its exit code across a restart",
+        "terminals/runtime/adoption.py",
+        "        session.commands.restore(state[\"commands\"])",
+        "        pass",
+        ("tests/test_keeper.py::test_terminals_outlive_their_worker[hup]",),
+    ),
+    Mutant(
+        "restart-not-told", "a live client of a crashed worker waits for ever",
+        "terminals/remote/lost.py",
+        "        elif channel != key[1]:",
+        "        elif False:",
+        ("tests/test_worker_restart.py::test_terminals_outlive_a_restart_or_a_crash_of_their_worker[kill]",),
+    ),
+    Mutant(
+        "silence-by-beats-alone", "beats that come faster than their interval judge other workers gone early",
+        "terminals/worker/liveness.py",
+        "                and (now is None or now - since >= SILENT_BEATS * self._interval_of(worker_id))}",
+        "                }",
+        ("tests/test_worker_liveness.py::test_beats_that_come_faster_than_their_interval_judge_nobody_until_the_time_has_passed",),
     ),
 ]

@@ -3,4 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh requirements.txt
+# Under a keeper (terminals/runtime/keeper.py): terminals outlive the server process. SIGHUP restarts it in place
+# (running the code now on disk), a crash is survived, and Ctrl-C or SIGTERM still stop it and end its terminals.
+export TERMINALS_KEEPER="${TERMINALS_KEEPER:-true}"
 exec .venv/bin/python manage.py serve "$@"

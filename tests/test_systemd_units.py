@@ -70,3 +70,15 @@ def test_web_processes_run_unprivileged_and_stop_gently():
         assert unit["Restart"] == ["on-failure"]
         assert "terminals-migrate.service" in unit["Requires"][0]
         assert "terminals-migrate.service" in unit["After"][0]
+
+
+def test_reload_restarts_the_worker_in_place_and_stop_ends_its_terminals():
+    """`systemctl reload` sends SIGHUP to the main process, the keeper (TERMINALS_KEEPER=true), which restarts the
+    worker in place with every terminal kept (tests/test_worker_restart.py runs the same command with the same
+    setting and signal); stop and restart send SIGTERM to it alone (KillMode=mixed), which ends the terminals."""
+    worker = directives("terminals-worker@.service")
+    assert worker["Environment"] == ["TERMINALS_KEEPER=true"]
+    assert worker["ExecReload"] == ["/bin/kill -HUP $MAINPID"]
+    assert worker["KillMode"] == ["mixed"]
+    restart_test = (ROOT / "tests" / "test_worker_restart.py").read_text()
+    assert 'TERMINALS_KEEPER="true"' in restart_test and "signal.SIGHUP" in restart_test

@@ -1,5 +1,6 @@
 """The frames a live client sends, read: at most MAX_FRAME_BYTES of JSON the service can keep, or refused with a
-message saying what is wrong; and a client's value as an error frame quotes it."""
+message saying what is wrong; a client's value as an error frame quotes it; and the frame that says
+the terminal's worker restarts."""
 
 from __future__ import annotations
 
@@ -28,3 +29,10 @@ def shown(value, limit: int = 60) -> str:
     """A client's value quoted in an error frame, cut short: a frame can be 256 KiB."""
     text = repr(value)
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+def restarting(from_byte: int) -> dict:
+    """The error frame before 4012 when the terminal's worker restarts under its keeper and the terminal goes on."""
+    return {"type": "error", "code": "WORKER_RESTARTING", "fromByte": from_byte,
+            "message": f"The terminal's worker is restarting and the terminal goes on; reconnect with "
+                       f"?fromByte={from_byte} (in a moment, if it answers 4503 first) to continue where this stopped."}

@@ -62,6 +62,7 @@ PING = "worker.ping"  # nothing; answers the worker's id and how many terminals 
 STREAM_OUTPUT = "terminal.stream.output"  # terminal, offset, data (bytes, whole characters)
 STREAM_GAP = "terminal.stream.gap"  # terminal, from, to: bytes evicted before they could be sent
 STREAM_EXIT = "terminal.stream.exit"  # terminal, exitCode, signal, offset
+STREAM_RESTARTING = "terminal.stream.restarting"  # terminal, fromByte: the worker restarts; reattach from there
 STREAM_DROPPED = "terminal.stream.dropped"  # terminal: the subscriber's lease expired, nothing more comes (leases.py)
 
 REPLY = "terminal.reply"

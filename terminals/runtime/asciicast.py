@@ -38,12 +38,15 @@ class Recording:
     capped: bool = False
     dropped_events: int = 0
     finished: bool = False  # the exit is in the pending events or the file
+    resumed: bool = False  # a recording another worker began (adoption.py): its file exists, header and all
     _pending: list = field(default_factory=list)
     _pending_bytes: int = 0
     _skipped_bytes: int = 0  # output dropped since the last take, beyond PENDING_LIMIT
     _decoder: codecs.IncrementalDecoder = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace"))
 
     def __post_init__(self) -> None:
+        if self.resumed:
+            return
         header = {"version": 2, "width": self.cols, "height": self.rows, "timestamp": self.timestamp,
                   "env": {"TERM": "xterm-256color"}}
         # Created for the service's account only: a recording can hold what a terminal showed.

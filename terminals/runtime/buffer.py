@@ -53,6 +53,11 @@ class OutputBuffer:
         # slots, in every terminal; marks leave from the front in runs, as eviction passes them.
         self._times: list[tuple[float, int]] = []
 
+    @property
+    def slack(self) -> int:
+        """How far past max_bytes the buffer grows before it evicts: it holds at most max_bytes + slack."""
+        return self._slack
+
     def mark_time(self, when: float) -> None:
         """Notes when the output about to be appended arrived (for reads since a time)."""
         if self._times and self._times[-1][1] == self.end:
@@ -83,6 +88,14 @@ class OutputBuffer:
         self._index = array("q")
         self._times.clear()
         self._head_cut = False
+
+    def resume(self, offset: int, newlines_before: int, data: bytes) -> None:
+        """Continues the buffer another process kept (an adoption, adoption.py): data is its bytes from offset on,
+        after newlines_before finished lines. The first line may have lost its beginning before offset."""
+        self._newlines = newlines_before
+        self.restart_at(offset)
+        self._head_cut = offset > 0
+        self.append(data)
 
     def append(self, chunk: bytes) -> None:
         if not chunk:

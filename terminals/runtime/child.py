@@ -8,48 +8,18 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from . import processes, signals
 from .buffer import OutputBuffer
 from .errors import KillFailed, SessionInactive, WriteFailed
 from .flag import Flag
+from .spawn_spec import ExitStatus, InputQueue, SpawnSpec
 
 EXIT_DRAIN_SECONDS = 0.25  # how long output may trail the exit while a process of the terminal may hold it open
 EXIT_OUTPUT_WAIT_SECONDS = 5.0  # the same while none is left: the end of output is on its way, only slow
 MEMBER_POLL_SECONDS = 0.02
 MARKER_VARIABLE = signals.MARKER_VARIABLE  # set in every terminal's environment; marks what it started
-
-
-@dataclass(frozen=True)
-class SpawnSpec:
-    """What to run: argv[0] is looked up on the PATH of env."""
-
-    argv: list[str]
-    cwd: str
-    env: dict[str, str]
-    cols: int = 80
-    rows: int = 24
-    launch: tuple[str, ...] = ()  # what runs first and execs the rest: see confinement.Confinement.launch_argv
-    account_uid: int | None = None  # the account launch drops to; None: the worker's own
-
-
-@dataclass(frozen=True)
-class ExitStatus:
-    exit_code: int | None
-    signal: str | None
-
-    @classmethod
-    def from_returncode(cls, returncode: int) -> ExitStatus:
-        if returncode < 0:
-            return cls(exit_code=None, signal=processes.signal_name(-returncode))
-        return cls(exit_code=returncode, signal=None)
-
-
-@dataclass
-class InputQueue:
-    data: bytearray = field(default_factory=bytearray)
-    limit: int = 1 << 20
 
 
 class ChildProcess:
@@ -85,6 +55,7 @@ class ChildProcess:
         self.terminating = False  # ended on request, so its exit is the requester's to record
         self.on_output: Callable[[], None] | None = None  # told of new output while clients watch
         self.recording = None  # a recording.Recording that gets what the buffer gets, when the terminal is recorded
+        self.ring = None  # an output_ring.OutputRing that gets it first, when a keeper holds the terminal
         self.confined_members: Callable[[], list[int]] = list  # the processes in its control groups, if any
         self.confines: Callable[[int], bool] = lambda pid: False  # whether a process is in its control groups now
         self.started_at = clock()
@@ -98,6 +69,11 @@ class ChildProcess:
         return self._process.pid
 
     @property
+    def pidfd(self) -> int:
+        """The process's pidfd (-1 once it ended): what a keeper holds a copy of, so it names this process only."""
+        return self._pidfd
+
+    @property
     def is_alive(self) -> bool:
         return self.exit_status is None
 
@@ -109,7 +85,10 @@ class ChildProcess:
     # Output
 
     def _keep(self, data: bytes) -> None:
-        """Stores output as clients read it (shell markers already taken out), and records it when recorded."""
+        """Stores output as clients read it (shell markers already taken out), and records it when recorded. The
+        ring first: what a client can read is in memory the keeper holds, should this process die right after."""
+        if self.ring is not None:
+            self.ring.append(data)
         self.buffer.append(data)
         if self.recording is not None:
             self.recording.output(data, self.last_activity)
@@ -172,6 +151,8 @@ class ChildProcess:
         assert self._loop is not None and self._process is not None
         returncode = self._process.poll()
         if returncode is None:
+            if getattr(self._process, "reaped_elsewhere", False):  # adopted: the keeper reaps it and says how
+                self._loop.remove_reader(self._pidfd)  # it ended (reaped()); the pidfd would wake the loop till then
             return
         self._close_pidfd()
         self.exit_status = ExitStatus.from_returncode(returncode)
@@ -181,6 +162,13 @@ class ChildProcess:
         else:
             self._exit_seen_at = self._loop.time()
             self._loop.call_later(EXIT_DRAIN_SECONDS, self._report_exit_once_drained)
+
+    def reaped(self, returncode: int) -> None:
+        """The keeper collected the exit status of this adopted process (it is not this process's child)."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.returncode = returncode
+            if self._loop is not None and self.exit_status is None:
+                self._on_process_exit()
 
     def _report_exit_once_drained(self) -> None:
         """Output written just before the exit may still be on its way, and a background process may hold the

@@ -53,6 +53,7 @@ class Command:
     exit_code: int | None = None
     signal: str | None = None
     status: str = RUNNING
+    actor: dict | None = None  # who sent it (an API command), for its end's audit row, in this worker or the next
     done: Flag = field(default_factory=Flag, repr=False)
     on_finish: Callable[[Command], None] | None = field(default=None, repr=False)
 
@@ -71,6 +72,12 @@ class Command:
         self.done.set()
         if self.on_finish is not None:
             self.on_finish(self)
+
+
+def _saved(record: Command) -> dict:
+    return {name: getattr(record, name) for name in ("id", "command", "source", "started_at", "nonce", "typed_at",
+                                                      "echo_end", "start_byte", "end_byte", "finished_at",
+                                                      "exit_code", "signal", "status", "actor")}
 
 
 def _signal_of(exit_code: int | None) -> str | None:
@@ -134,6 +141,32 @@ class CommandTracker:
         # The newest typed-command (C) and prompt (P) markers, (offset, kind): they tell the echo of typed lines
         # from their output (echo.py).
         self._marks: list[tuple[int, str]] = []
+        self.on_change: Callable[[], None] = lambda: None  # told after a command begins and after each marker
+
+    # Handing over to another worker (adoption.py)
+
+    def state(self) -> dict:
+        """Everything this tracker knows, as JSON-able data: restore() in another process goes on from it."""
+        return {"secret": self.secret, "signed": self.signed, "history": [_saved(record) for record in self._history],
+                "current": self.current.id if self.current else None, "typed": self.typed.id if self.typed else None,
+                "atPrompt": self.at_prompt.is_set(), "prompted": self.prompted.is_set(),
+                "stalePrompts": self._stale_prompts, "lastHistoryNumber": self._last_history_number,
+                "marks": self._marks}
+
+    def restore(self, state: dict) -> None:
+        self.secret, self.signed = state["secret"], state["signed"]
+        for saved in state["history"]:
+            record = Command(**saved)
+            if record.status == COMPLETED:
+                record.done.set()
+            self._remember(record)
+        numbers = [int(record.id.split("_")[1]) for record in self._history if record.id.count("_") >= 2]
+        self._numbers = itertools.count(max(numbers, default=0) + 1)
+        self.current, self.typed = self._by_id.get(state["current"] or ""), self._by_id.get(state["typed"] or "")
+        for flag, saved_flag in ((self.at_prompt, state["atPrompt"]), (self.prompted, state["prompted"])):
+            flag.set() if saved_flag else flag.clear()
+        self._stale_prompts, self._last_history_number = state["stalePrompts"], state["lastHistoryNumber"]
+        self._marks = [tuple(mark) for mark in state["marks"]]
 
     # Starting
 
@@ -150,6 +183,7 @@ class CommandTracker:
         self.current = record
         self._stale_prompts = 0 if self.at_prompt.is_set() else 1
         self.at_prompt.clear()
+        self.on_change()
         return record, wrap(command, record.id) if self.signed else wrap_unsigned(command, record.nonce)
 
     def _remember(self, record: Command) -> None:
@@ -176,6 +210,12 @@ class CommandTracker:
 
     def on_marker(self, marker: Marker, offset: int) -> bool:
         """Applies a marker seen at byte offset; returns False when it is not ours (it stays in the output)."""
+        ours = self._apply(marker, offset)
+        if ours:
+            self.on_change()
+        return ours
+
+    def _apply(self, marker: Marker, offset: int) -> bool:
         current = self.current
         if current is not None and current.nonce and marker.token == current.nonce:
             self._on_command_marker(current, marker.kind, marker.data, offset)

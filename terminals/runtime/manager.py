@@ -8,12 +8,18 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
+from . import adoption
+from .adoption import HeldTerminal
 from .buffer import OutputBuffer
 from .confinement import Account, Confinement
 from .errors import SessionLimitReached, SessionNotFound
 from .pty import ExitStatus, PtySession, SpawnSpec
 from .shell import ShellSession
+
+if TYPE_CHECKING:
+    from .keeping import Keeping
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +52,7 @@ class SessionManager:
         self._on_exit = on_exit
         self._sessions: dict[str, PtySession] = {}
         self._held = 0  # places kept for terminals being started (hold_room)
+        self.keeping: Keeping | None = None  # the keeper that holds the terminals across restarts, if any
         self._released_output_bytes = 0  # what released terminals wrote, for output_bytes()
 
     def __len__(self) -> int:
@@ -108,10 +115,7 @@ class SessionManager:
             clock=self.clock,
             on_exit=lambda ended: self._report_exit(session_id, ended),
         )
-        if self.confinement is not None:
-            confinement = self.confinement
-            session.confined_members = lambda: confinement.members(session_id)
-            session.confines = lambda pid: confinement.holds(session_id, pid)
+        self._confine(session_id, session)
         try:
             session.spawn()
         except BaseException:
@@ -120,9 +124,44 @@ class SessionManager:
         return session
 
     def adopt(self, session_id: str, session: PtySession) -> None:
-        """On the event loop: a terminal spawn() started is watched and hosted from now on."""
+        """On the event loop: a terminal spawn() started is watched and hosted from now on (held by the keeper
+        first, if there is one, so that its first byte is in the ring)."""
+        if self.keeping is not None:
+            self.keeping.hold(session_id, session)
         session.watch()
         self._sessions[session_id] = session
+
+    def take_back(self, held: list[HeldTerminal]) -> list[tuple[str, Exception]]:
+        """On the event loop: hosts the terminals the keeper held for this process (keeping.py); returns those
+        this code could not adopt, with why. The keeper goes on holding those: they still run."""
+        failed = []
+        for terminal in held:
+            buffer = OutputBuffer(max_lines=self.limits.buffer_lines, max_bytes=self.limits.buffer_bytes)
+            try:
+                session = adoption.adopt(terminal, buffer=buffer, max_pending_input=self.limits.max_pending_input,
+                                         clock=self.clock,
+                                         on_exit=lambda ended, session_id=terminal.id: self._report_exit(session_id, ended))
+            except (adoption.AdoptionFailed, ValueError, KeyError) as error:
+                failed.append((terminal.id, error))
+                terminal.close()
+                continue
+            self._confine(terminal.id, session)
+            self.keeping.track(terminal.id, session, adoption.StateFile(terminal.state))
+            session.watch()
+            self._sessions[terminal.id] = session
+        return failed
+
+    def reaped(self, session_id: str, returncode: int) -> None:
+        """The keeper collected how an adopted terminal's process ended."""
+        session = self._sessions.get(session_id)
+        if session is not None:
+            session.reaped(returncode)
+
+    def _confine(self, session_id: str, session: PtySession) -> None:
+        if self.confinement is not None:
+            confinement = self.confinement
+            session.confined_members = lambda: confinement.members(session_id)
+            session.confines = lambda pid: confinement.holds(session_id, pid)
 
     def get(self, session_id: str) -> PtySession:
         try:
@@ -131,6 +170,8 @@ class SessionManager:
             raise SessionNotFound(f"terminal {session_id} is not hosted here", terminal_id=session_id) from None
 
     def _report_exit(self, session_id: str, session: PtySession) -> None:
+        if self.keeping is not None and session.exit_status is not None:
+            self.keeping.ended(session_id, session.exit_status.returncode)
         if self._on_exit is not None and session.exit_status is not None and not session.terminating:
             self._on_exit(session_id, session.exit_status)
 
@@ -150,6 +191,8 @@ class SessionManager:
     def release(self, session_id: str) -> None:
         """Frees an ended terminal's PTY and buffer."""
         session = self._sessions.pop(session_id, None)
+        if self.keeping is not None:
+            self.keeping.release(session_id)
         if session is not None:
             self._released_output_bytes += session.buffer.end
             session.close()

@@ -174,3 +174,4 @@ def signal_name(signum: int) -> str:
         return signal.Signals(signum).name
     except ValueError:
         return f"SIG{signum}"
+

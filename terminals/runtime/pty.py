@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 from . import echo, processes, signals
 from .child import EXIT_DRAIN_SECONDS, MARKER_VARIABLE, MEMBER_POLL_SECONDS, ChildProcess, ExitStatus, SpawnSpec
 from .errors import LineTooLong, SessionInactive, SpawnFailed
+from .flow_limits import (ECHO_BYTES_PER_INPUT_BYTE, ECHO_PATIENCE_SECONDS, ECHO_WINDOW_BYTES, FULL_READ,
+                          READS_PER_WAKEUP, UNREAD_FLOOD_BYTES, UNREAD_REST_SECONDS)
 from .launch import spawn_argv
 from .serial_steps import SerialSteps, call_on_loop
 from .tty_limits import MAX_CANONICAL_LINE, check_window_size, longest_line, set_window_size
@@ -24,28 +26,6 @@ if TYPE_CHECKING:
 
 __all__ = ["EXIT_DRAIN_SECONDS", "MARKER_VARIABLE", "MEMBER_POLL_SECONDS", "ExitStatus", "PtySession", "SpawnSpec"]
 
-READS_PER_WAKEUP = 16  # a PTY read returns about 4 KiB; batching saves loop iterations
-# What one read of a PTY master brings when more is waiting (the line discipline's 4 KiB less one). A shorter read
-# emptied the PTY: reading again at once finds a few bytes and contends for the terminal's lock with the program
-# writing, which for a program that writes a line at a time (`seq`) cost a quarter of its rate (bench/ANALYSIS.md).
-FULL_READ = 4095
-# A terminal that floods while nobody reads it is read at a bounded rate: one read a wake-up, and each time it has
-# brought this much the reader rests this long, so its program waits on its own output (as under tmux, or ttyd's
-# flow control) instead of taking the event loop, which it shares with every other terminal and the HTTP requests:
-# at most about 1.3 MB/s.
-UNREAD_FLOOD_BYTES = 64 * 1024
-UNREAD_REST_SECONDS = 0.05
-# ...but never while the echo of typed input is on its way: the kernel echoes into the same PTY output, and drops
-# the echo that finds it full (n_tty.c), so a paste into a resting terminal lost two thirds of what a terminal
-# window shows. Each byte written is owed up to ECHO_BYTES_PER_INPUT_BYTE bytes of reading at the full rate ("\n"
-# echoes as "\r\n", a control key as "^C"); a flood nobody typed earns nothing. And input is written no faster
-# than its echo is read: while more than ECHO_WINDOW_BYTES of input written has not been matched by as many bytes
-# read (well under the PTY's 64 KiB), the rest of a paste waits, so a busy event loop delays the echo instead of
-# losing it. Echo that does not come (a program
-# that turned echo off, a full line the kernel discarded) holds input back for ECHO_PATIENCE_SECONDS at most.
-ECHO_BYTES_PER_INPUT_BYTE = 2
-ECHO_WINDOW_BYTES = 16 * 1024
-ECHO_PATIENCE_SECONDS = 0.2
 # At most this much output is replayed to rebuild the screen (pyte takes about 0.1 s for it).
 SCREEN_REPLAY_BYTES = 64 * 1024
 QUERIES = re.compile(rb"\x1b\[(?:[56]n|0?c)")  # cursor position, device status, device attributes
@@ -109,6 +89,11 @@ class PtySession(ChildProcess):
 
     def _watch_output(self) -> None:
         self._loop.add_reader(self._fd, self._on_readable)
+
+    @property
+    def master_fd(self) -> int:
+        """The PTY's master (-1 once freed): what a keeper holds a copy of (keeping.py)."""
+        return self._fd
 
     # Input
 

@@ -251,6 +251,11 @@ class ShellSession(PtySession):
             held.record.echo_end = at + place[1]
             self.echoes.shown(at + place[0], at + place[1])
 
+    def settle(self) -> None:
+        """Stores output held back for an API command's echo: before a hand-over to the next worker, which would
+        never see it."""
+        self._release_held()
+
     def _stop_holding(self) -> None:
         self._show_held(to_end=False)
         self._held = None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone as dt_timezone
 from typing import NamedTuple
@@ -20,6 +19,7 @@ from ..audit import SYSTEM, audit, audit_carried
 from ..exceptions import AuditUnavailable
 from ..models import AuditEvent, Recording, TerminalSession, Worker
 from ..runtime.errors import SessionLimitReached
+from ..runtime.keeping import holder_pid
 from ..runtime.processes import process_alive
 from ..runtime.pty import ExitStatus
 
@@ -31,8 +31,18 @@ EXITED, KILLED, TIMED_OUT, LOST = Status.EXITED, Status.KILLED, Status.TIMED_OUT
 def worker_register(worker_id: str, channel: str, hostname: str, pid: int, space: str = "") -> Worker:
     # Heartbeats carry the database's time, never this host's: liveness is judged by that one clock.
     clock.measure()
-    return Worker.objects.create(id=worker_id, channel=channel, hostname=hostname, pid=pid, process_space=space,
-                                 started=Now(), last_seen=Now())
+    # A worker restarted by its keeper comes back under the same id (runtime/keeper.py): its row is renewed.
+    worker, _ = Worker.objects.update_or_create(id=worker_id, defaults={
+        "channel": channel, "hostname": hostname, "pid": pid, "process_space": space, "started": Now(),
+        "last_seen": Now(), "stopped": None})
+    return worker
+
+
+def terminals_adopted(worker_id: str, adopted: dict[str, int]) -> None:
+    """Audits each terminal a restarted worker took back from its keeper (terminal id -> pid)."""
+    for terminal_id, pid in adopted.items():
+        audit(SYSTEM, "adopt", terminal_id=terminal_id, worker=worker_id, pid=pid,
+              reason="its worker restarted; the keeper held it meanwhile")
 
 
 def worker_alive(worker_id: str) -> None:
@@ -208,7 +218,7 @@ def _still_running_here(worker: Worker | None, space: str) -> bool:
 def _process_gone(worker: Worker, space: str) -> bool:
     """Whether the worker's process is known to be gone: only when its pid belongs to the processes this one sees.
     Hostnames do not say that (two hosts may share one; containers share a kernel but not their pids)."""
-    if not space or worker.process_space != space or worker.pid == os.getpid():
+    if not space or worker.process_space != space or worker.pid == holder_pid():
         return False
     return not process_alive(worker.pid)
 

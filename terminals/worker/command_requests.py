@@ -49,16 +49,21 @@ class CommandRequests:
         await first_prompt(session, message["timeout"] + FIRST_PROMPT_WAIT_SECONDS)
         await session.ready_for(message["command"], 0)
         record = session.run_command(message["command"])
-        actor, terminal_id = message.get("actor") or {}, message["id"]
-        record.on_finish = lambda finished: self.database.submit(
-            lambda: bookkeeping.command_audit(terminal_id, command_summary(finished), actor)
-        )
+        record.actor = message.get("actor") or {}
+        self.audit_end(message["id"], record)
         if message.get("wait", True):
             # A first prompt that took longer than FIRST_PROMPT_WAIT_SECONDS took that much of the timeout.
             result = await session.wait_command(record, min(message["timeout"], max(0.0, deadline - loop.time())))
         else:
             result = None
         return {"terminalId": message["id"], **command_data(session, record, message.get("read", {}), result)}
+
+    def audit_end(self, terminal_id: str, record: Command) -> None:
+        """The command's end gets an audit row, under whoever sent it (also for one a restarted worker took back)."""
+        actor = record.actor or {}
+        record.on_finish = lambda finished: self.database.submit(
+            lambda: bookkeeping.command_audit(terminal_id, command_summary(finished), actor)
+        )
 
     async def handle_command_get(self, message: dict) -> dict:
         session, record = self._command(message)

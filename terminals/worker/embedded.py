@@ -23,10 +23,21 @@ def ensure_worker(loop: asyncio.AbstractEventLoop | None = None) -> TerminalWork
         _worker = TerminalWorker()
         here.register(_worker)
         loop.create_task(_worker.start())
-        # Stopping the server ends the terminals first, so their live clients get the exit before they close.
-        lifecycle.on_shutdown(lifecycle.WORKER, "ending the embedded worker's terminals", _worker.shutdown,
+        # Stopping the server ends the terminals first, so their live clients get the exit before they close;
+        # unless its keeper restarts it (SIGHUP): then they are handed over and go on.
+        lifecycle.on_shutdown(lifecycle.WORKER, "ending the embedded worker's terminals", _stop_worker,
                               timeout=120.0)
     return _worker
+
+
+handing_over = False  # set by `manage.py serve` on the keeper's hand-over signal, before it stops the server
+
+
+async def _stop_worker() -> None:
+    if handing_over:
+        await _worker.hand_over()
+    else:
+        await _worker.shutdown()
 
 
 class WithEmbeddedWorker:

@@ -16,6 +16,7 @@ from ..runtime import confinement as confine
 from ..runtime import integrity
 from ..runtime.accounts import provision, unix_name
 from ..runtime.errors import AccountUnavailable
+from ..runtime.keeping import holder_pid
 from ..runtime.manager import Limits
 from ..runtime.processes import process_space
 
@@ -57,10 +58,10 @@ def confinement_from_settings() -> confine.Confinement:
     if not config["CGROUPS"]:
         return confine.Confinement(limits=limits, cgroups=confine.Cgroups(problem="turned off (TERMINALS_CGROUPS=off)"))
     prefix = cgroup_prefix()
-    reaped = confine.reap_departed(prefix, own=f"{prefix}{os.getpid()}")
+    reaped = confine.reap_departed(prefix, own=f"{prefix}{holder_pid()}")
     if reaped:
         logger.warning("killed %d processes left behind by terminals of workers that are gone", reaped)
-    cgroups = confine.Cgroups.detect(f"{prefix}{os.getpid()}")
+    cgroups = confine.Cgroups.detect(f"{prefix}{holder_pid()}")
     if not cgroups.controllers:
         logger.warning("terminal limits without cgroups: %s", cgroups.problem or "no usable controller")
     return confine.Confinement(limits=limits, cgroups=cgroups)

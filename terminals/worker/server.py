@@ -20,7 +20,10 @@ from ..plumbing.clock import now as database_now
 from ..exceptions import ServiceError, database_unavailable
 from ..remote import leases, protocol
 from ..runtime import integrity, sealed
+from ..runtime import keeper
+from ..runtime.commands import API, RUNNING
 from ..runtime.errors import TerminalError
+from ..runtime.keeping import KeeperLink, Keeping, die_with_keeper, holder_pid
 from ..runtime.manager import Limits, SessionManager
 from ..runtime.processes import process_space
 from ..runtime.pty import ExitStatus
@@ -46,7 +49,10 @@ class TerminalWorker:
     """Hosts terminals for the web processes that talk to it over the channel layer."""
 
     def __init__(self, *, limits: Limits | None = None, clock: Callable[[], float] = time.time, layer=None) -> None:
-        self.id = uuid.uuid4().hex
+        # Under a keeper (runtime/keeper.py) the terminals outlive this process: it registers under the keeper's
+        # id, takes back what its predecessor left running, and on SIGUSR1 hands them over instead of ending them.
+        self.link = KeeperLink.from_environment()
+        self.id = (self.link and os.environ.get(keeper.ID_VARIABLE)) or uuid.uuid4().hex
         self.layer = layer or get_channel_layer()
         self.channel = ""
         self.hostname = socket.gethostname()
@@ -55,6 +61,8 @@ class TerminalWorker:
         sealed.use_directory(settings.TERMINALS["SEALED_SHELL_DIR"])
         self.manager = SessionManager(limits=limits or limits_from_settings(), clock=clock, on_exit=self._on_exit,
                                       confinement=self.confinement)
+        if self.link is not None:
+            self.manager.keeping = Keeping(self.link)
         self.database = DatabaseQueue()
         self.recordings = RecordingKeeper(self.database.run, clock=clock)
         # A quarter of the process's Redis connections at most, leaving the rest for requests and replies.
@@ -87,8 +95,10 @@ class TerminalWorker:
             await asyncio.to_thread(sealed.SHELLS.copy_of, "/bin/sh")
         self.database.start()
         self.channel = await self.layer.new_channel()
-        await self.database.run(lambda: bookkeeping.worker_register(self.id, self.channel, self.hostname, os.getpid(),
-                                                                 self.process_space))
+        await self.database.run(lambda: bookkeeping.worker_register(self.id, self.channel, self.hostname,
+                                                                 holder_pid(), self.process_space))
+        if self.link is not None:
+            await self._take_back()
         await self.upkeep.mark_lost()
         await self.upkeep.reap_lost()
         self._spawn(self._listen(self.channel))
@@ -102,6 +112,43 @@ class TerminalWorker:
         output_metric.track(self)
         self.ready.set()
         logger.info("terminal worker %s listening on %s", self.id, self.channel)
+
+    async def _take_back(self) -> None:
+        """Hosts the terminals the keeper held while this worker was away (before anything can judge them lost)."""
+        die_with_keeper()
+        failed = self.manager.take_back(self.link.take_back())
+        for terminal_id, error in failed:
+            logger.error("terminal %s could not be taken back, and runs on held by the keeper: %s", terminal_id, error)
+        self.link.watch(self.manager.reaped)
+        for terminal_id, session in self.manager.items():
+            if session.recording is not None:
+                self.recordings.attach(terminal_id, session, session.recording)
+            commands = getattr(session, "commands", None)  # a shell's: its API commands' ends are audited
+            for record in commands.history() if commands is not None else ():
+                if record.status == RUNNING and record.source == API:
+                    self.commands.audit_end(terminal_id, record)
+        adopted = {terminal_id: session.pid for terminal_id, session in self.manager.items()}
+        if adopted:
+            await self.database.run(lambda: bookkeeping.terminals_adopted(self.id, adopted))
+            logger.info("took back %d terminals from the keeper", len(adopted))
+
+    async def hand_over(self) -> None:
+        """Stops serving and leaves every terminal running, held by the keeper, for the worker it starts next;
+        live clients are told the byte to reattach from. (shutdown() ends them instead.)"""
+        if self._shutting_down or self.link is None or self.link.broken:
+            logger.error("no keeper holds this worker's terminals: SIGUSR1 is ignored (SIGTERM ends them)")
+            return
+        self._shutting_down = True
+        for task in list(self._tasks):
+            task.cancel()
+        await self.upkeep.stop()
+        await self.fanout.restarting()
+        await self.recordings.flush()  # written so far; the next worker goes on in the same files
+        self.manager.keeping.save_all()
+        self.database.stop()
+        close_old_connections()
+        self.stopped.set()
+        logger.info("terminal worker %s handed %d terminals over to its keeper", self.id, len(self.manager))
 
     async def run(self) -> None:
         """Starts, then serves until shutdown() is called."""

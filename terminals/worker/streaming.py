@@ -151,6 +151,15 @@ class OutputFanout:
                     expired.append((terminal_id, subscriber))
         return expired
 
+    async def restarting(self) -> None:
+        """Tells every subscriber that the worker restarts (keeper.py) and the byte to reattach from."""
+        sends = [self.layer.send(subscriber.channel, {"type": protocol.STREAM_RESTARTING, "terminal": terminal_id,
+                                                      "fromByte": subscriber.next_byte})
+                 for terminal_id, feed in self.feeds.items() for subscriber in feed.subscribers.values()]
+        for outcome in await asyncio.gather(*sends, return_exceptions=True):
+            if isinstance(outcome, BaseException):
+                logger.warning("a watcher was not told of the restart (%r); its lease runs out instead", outcome)
+
     def watching(self, terminal_id: str) -> int:
         feed = self.feeds.get(terminal_id)
         return len(feed.subscribers) if feed else 0

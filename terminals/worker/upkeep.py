@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
+import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 
@@ -17,6 +17,7 @@ from ..exceptions import database_unavailable
 from ..remote import leases, protocol
 from ..runtime import confinement as confine
 from ..runtime.errors import TerminalError
+from ..runtime.keeping import holder_pid
 from ..runtime.manager import SessionManager
 from ..runtime.processes import marked_processes
 from ..runtime.pty import MARKER_VARIABLE, ExitStatus
@@ -42,7 +43,7 @@ class Upkeep:
         self.manager, self.database, self.fanout, self.readers = manager, database, fanout, readers
         self.recordings, self.confinement, self.spawn = recordings, confinement, spawn
         # The other workers' heartbeats, as seen at this one's beats.
-        self.silence = Silence(settings.TERMINALS["HEARTBEAT_INTERVAL_MS"] / 1000)
+        self.silence = Silence(settings.TERMINALS["HEARTBEAT_INTERVAL_MS"] / 1000, clock=time.monotonic)
         self._ending_vanished: set[str] = set()  # terminals whose record was deleted, being ended
         self._leases_checked = 0.0  # when expire_leases last ran (or the worker started), by the loop's clock
         # The liveness signal's own thread: asyncio's shared ones can all be busy for seconds (adding accounts,
@@ -81,9 +82,10 @@ class Upkeep:
         """Closes the heartbeat's connection (once a beat under way has ended) and lets its thread go."""
         loop = asyncio.get_running_loop()
         try:
-            await asyncio.wait_for(loop.run_in_executor(self._heartbeat_thread, connection.close), 5)
-        except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - a stuck beat: its thread ends with the process
-            logger.warning("the heartbeat's connection could not be closed; it closes with the process")
+            # Looked up on that thread: Django's connections belong to the thread that opened them.
+            await asyncio.wait_for(loop.run_in_executor(self._heartbeat_thread, lambda: connection.close()), 5)
+        except (asyncio.TimeoutError, Exception) as error:  # noqa: BLE001 - a stuck beat: it ends with the process
+            logger.warning("the heartbeat's connection could not be closed (%r); it closes with the process", error)
         self._heartbeat_thread.shutdown(wait=False)
 
     async def beat(self) -> None:
@@ -154,7 +156,7 @@ class Upkeep:
         if not self.confinement.cgroups.controllers:
             return 0
         prefix = cgroup_prefix()
-        killed = await asyncio.to_thread(confine.reap_departed, prefix, own=f"{prefix}{os.getpid()}")
+        killed = await asyncio.to_thread(confine.reap_departed, prefix, own=f"{prefix}{holder_pid()}")
         if killed:
             logger.warning("killed %d processes left in the control groups of workers that are gone", killed)
         return killed

@@ -4,6 +4,8 @@ import asyncio
 import os
 import secrets
 import shlex
+import signal
+import socket
 import sys
 from pathlib import Path
 
@@ -14,6 +16,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from terminals import keys
 from terminals.environment import separation_warning
+from terminals.runtime import keeper
+from terminals.runtime.keeping import KeeperLink
 
 
 class Command(BaseCommand):
@@ -25,6 +29,11 @@ class Command(BaseCommand):
         parser.add_argument("--no-bootstrap", action="store_true", help="do not create a first admin key")
 
     def handle(self, *args, host, port, no_bootstrap, **options):
+        if settings.TERMINALS["KEEPER"] and keeper.FD_VARIABLE not in os.environ:
+            # This process becomes the keeper (runtime/keeper.py), which runs the server as its child and holds
+            # its terminals and its listening socket, so that SIGHUP restarts it without ending either.
+            os.execv(sys.executable, [sys.executable, "-m", "terminals.runtime.keeper", "--", sys.executable,
+                                      *sys.argv])
         call_command("migrate", interactive=False, verbosity=0)
         first = None if no_bootstrap else self.bootstrap()
         self.run_daphne(host, port, first)
@@ -68,6 +77,7 @@ class Command(BaseCommand):
         from twisted.internet import reactor
 
         from config.asgi import application
+        from terminals.worker import embedded
         from terminals.worker.embedded import ensure_worker
 
         command = self
@@ -98,14 +108,24 @@ class Command(BaseCommand):
             ensure_worker(asyncio.get_event_loop())
 
         interface = host.replace(":", r"\:").strip("[]")
+        endpoint = f"tcp:port={port}:interface={interface}"
+        link = KeeperLink.from_environment()
+        if link is not None:
+            endpoint = kept_listener(link, host, port)
         server = AnnouncingServer(
             application=application,
-            endpoints=[f"tcp:port={port}:interface={interface}"],
+            endpoints=[endpoint],
             signal_handlers=True,
             ready_callable=start_worker,
             application_close_timeout=5,
             action_logger=AccessLogGenerator(sys.stdout) if settings.ACCESS_LOG else None,
         )
+        if link is not None:
+            def hand_over(signum, frame):
+                embedded.handing_over = True  # the shutdown hooks hand the terminals over instead of ending them
+                reactor.callFromThread(reactor.stop)
+
+            signal.signal(keeper.HANDOVER_SIGNAL, hand_over)
         server.run()
         sys.stdout.flush()
         if AnnouncingServer.failed:
@@ -120,3 +140,40 @@ def _shown_path(executable: str) -> str:
     except ValueError:
         return shlex.quote(executable)
     return shlex.quote(os.path.join(".", str(relative)) if not str(relative).startswith(".") else str(relative))
+
+
+def kept_listener(link: KeeperLink, host: str, port: int) -> str:
+    """The endpoint of the listening socket the keeper holds (bound by the first server it ran, on host:port), so
+    every server it runs serves on the same port, and a connection made while none runs waits in its backlog."""
+    fd = link.listener("http")
+    if fd is None:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        listening = socket.socket(family, socket.SOCK_STREAM)
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listening.bind((host.strip("[]"), port))
+        listening.listen(128)
+        fd = listening.detach()
+        link.hold_listener("http", fd)
+    _adopting_endpoints()
+    return f"adopted:fileno={fd}:family={'inet6' if ':' in host else 'inet'}"
+
+
+def _adopting_endpoints() -> None:
+    """daphne makes its endpoints from description strings; "adopted:fileno=N:family=F" serves on a listening
+    socket this process already has (Twisted's AdoptedStreamServerEndpoint), which Twisted's parser lacks."""
+    import daphne.server
+    from twisted.internet.endpoints import AdoptedStreamServerEndpoint
+
+    parse = daphne.server.serverFromString
+    if getattr(parse, "adopting", False):
+        return
+
+    def server_from_string(reactor, description):
+        if not description.startswith("adopted:"):
+            return parse(reactor, description)
+        fields = dict(part.split("=", 1) for part in description.split(":")[1:])
+        family = socket.AF_INET6 if fields["family"] == "inet6" else socket.AF_INET
+        return AdoptedStreamServerEndpoint(reactor, int(fields["fileno"]), family)
+
+    server_from_string.adopting = True
+    daphne.server.serverFromString = server_from_string

@@ -1,7 +1,9 @@
 """Runs a terminal worker on its own (split mode): it hosts terminals for every web process on the Redis channel layer."""
 
 import asyncio
+import os
 import signal
+import sys
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -11,6 +13,7 @@ from redis.exceptions import RedisError
 
 from terminals import metrics
 from terminals.plumbing.channel_layer import RedisTooOld
+from terminals.runtime import keeper
 from terminals.environment import separation_warning
 from terminals.worker.server import TerminalWorker
 
@@ -21,6 +24,11 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         if not settings.REDIS_URL:
             raise CommandError("terminal_worker needs REDIS_URL: the in-memory channel layer cannot reach other processes")
+        if settings.TERMINALS["KEEPER"] and keeper.FD_VARIABLE not in os.environ:
+            # This process becomes the keeper (same pid: the one systemd and operators signal), which runs the
+            # worker as its child: the same command line, with the keeper's end of the link.
+            os.execv(sys.executable, [sys.executable, "-m", "terminals.runtime.keeper", "--", sys.executable,
+                                      *sys.argv])
         asyncio.run(self.serve())
 
     async def serve(self) -> None:
@@ -29,6 +37,8 @@ class Command(BaseCommand):
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, lambda: loop.create_task(worker.shutdown()))
+        # From the keeper, on its SIGHUP: leave the terminals running for the next worker.
+        loop.add_signal_handler(keeper.HANDOVER_SIGNAL, lambda: loop.create_task(worker.hand_over()))
         await worker.start()
         metrics.serve_on_separate_bind()
         self.stdout.write(f"terminal worker {worker.id} ready on {worker.channel}", ending="\n")
