@@ -430,7 +430,7 @@ MUTANTS = [
         "terminals/remote/lost.py",
         "        elif channel != key[1]:",
         "        elif False:",
-        ("tests/test_worker_restart.py::test_terminals_outlive_a_restart_or_a_crash_of_their_worker[kill]",),
+        ("tests/test_worker_restart.py::test_terminals_outlive_a_restart_or_a_crash_of_their_worker[split-kill]",),
     ),
     Mutant(
         "silence-by-beats-alone", "beats that come faster than their interval judge other workers gone early",
