@@ -16,7 +16,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from terminals.runtime.keeping import KeeperLink, Keeping  # noqa: E402
+from terminals.runtime.keeping import KeeperLink, Keeping, die_with_keeper  # noqa: E402
 from terminals.runtime.manager import SessionManager  # noqa: E402
 from terminals.runtime.pty import PtySession, SpawnSpec  # noqa: E402
 from terminals.runtime.shell import ShellSession  # noqa: E402
@@ -73,6 +73,7 @@ async def main(control: str) -> None:
     link = KeeperLink.from_environment()
     failed = []
     if link is not None:
+        die_with_keeper()  # a keeper killed (a test's teardown) takes this worker and its terminals along
         manager.keeping = Keeping(link)
         failed = manager.take_back(link.take_back())
         link.watch(manager.reaped)
