@@ -427,9 +427,9 @@ MUTANTS = [
     ),
     Mutant(
         "restart-not-told", "a live client of a crashed worker waits for ever",
-        "terminals/remote/lost.py",
-        "        elif channel != key[1]:",
-        "        elif False:",
+        "terminals/worker/requests.py",
+        "        if restarted:\n            await self.fanout.tell_restarted(restarted)",
+        "        if False:\n            await self.fanout.tell_restarted(restarted)",
         ("tests/test_worker_restart.py::test_terminals_outlive_a_restart_or_a_crash_of_their_worker[split-kill]",),
     ),
     Mutant(

@@ -47,7 +47,9 @@ def worker_child(server) -> int:
     """The process the keeper runs: the embedded server, or the worker."""
     keeper = keeper_of(server).pid
     with open(f"/proc/{keeper}/task/{keeper}/children") as children:
-        [child] = [int(pid) for pid in children.read().split()]
+        pids = children.read().split()
+    # After a restart the terminals' processes are the keeper's children too (it is their subreaper).
+    [child] = [int(pid) for pid in pids if b"manage.py" in open(f"/proc/{pid}/cmdline", "rb").read()]
     return child
 
 

@@ -67,7 +67,7 @@ async def measure(modes: list[str]) -> FigureResult:
 async def _restarts(mode: str) -> dict:
     measured: dict = {}
     async with running(mode, KEEPER) as service, service.rest(connections=CREATORS * 2) as rest:
-        counter = await rest.create(command="sh", args=["-c", COUNTER])
+        counter = (await rest.call("POST", "/api/terminals", json={"command": "sh", "args": ["-c", COUNTER]}))["terminalId"]
         pids = {counter: (await rest.call("GET", f"/api/terminals/{counter}"))["pid"]}
         for size in sizes():
             pids.update(await _create(rest, size - len(pids)))
@@ -109,8 +109,14 @@ def _keeper(service: Service) -> int:
 
 
 def _child(pid: int) -> int:
+    """The process the keeper runs: among its children, the one running manage.py (after a restart, the
+    terminals' processes are its children too: it is their subreaper)."""
     with open(f"/proc/{pid}/task/{pid}/children") as children:
-        return int(children.read().split()[0])
+        for child in children.read().split():
+            with open(f"/proc/{child}/cmdline", "rb") as cmdline:
+                if b"manage.py" in cmdline.read():
+                    return int(child)
+    raise RuntimeError(f"the keeper {pid} runs no manage.py process")
 
 
 def _gone(pid: int) -> bool:

@@ -109,7 +109,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             return
         hold = access.hold_of(self.actor, self.terminal_id, view=self.read_only)
         access.access_watch.watch(self, hold, self._access_lost)
-        worker_watch.watch(self.terminal_id, self.link.worker_channel, self)
+        worker_watch.watch(self.terminal_id, self)
         open_connections.add(self)
         metrics.LIVE_CLIENTS.labels("websocket").inc()
 
@@ -152,8 +152,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         if getattr(self, "slot", None) is not None:
             self.slot.release()
-        if getattr(self, "link", None) is not None:
-            worker_watch.unwatch(self.terminal_id, self.link.worker_channel, self)
+        worker_watch.unwatch(self.terminal_id, self)
         closer = getattr(self, "exit_close", None)
         if closer is not None:
             closer.cancel()
@@ -351,8 +350,9 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         await self.close(code=CLOSE_SERVER_STOPPING)
 
     async def terminal_stream_restarting(self, event: dict) -> None:
-        """The terminal's worker restarts, or restarted, under its keeper (runtime/keeper.py) and the terminal goes
-        on: the client reattaches from the byte it has, as when a web process stops (4012)."""
+        """The terminal's worker restarts (SIGHUP), or restarted (a crash: its next process found this connection's
+        lease among those it does not know), under its keeper (runtime/keeper.py), and the terminal goes on: the
+        client reattaches from the byte it has, as when a web process stops (4012)."""
         if not self.attached or self.exit_offset is not None:
             return
         await self._send(frames.restarting(self.sent_until))
@@ -363,8 +363,6 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         with 4409 once the terminal is marked lost, else 4503. A client that has its exit frame has nothing to lose."""
         if not self.attached or self.exit_offset is not None:
             return
-        if event.get("restarted"):
-            return await self.terminal_stream_restarting(event)
         if event["lost"]:
             await self._error("TERMINAL_INACTIVE", terminal_inactive(self.terminal_id, "lost", released=True).message)
         else:

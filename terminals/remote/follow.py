@@ -53,7 +53,7 @@ async def follow(terminal_id: str, worker_channel: str, from_byte: int | None, a
         return
     watcher = _WorkerWatcher(layer, channel)
     leases.hold(worker_channel, terminal_id, channel)
-    worker_watch.watch(terminal_id, worker_channel, watcher)
+    worker_watch.watch(terminal_id, watcher)
     if actor is not None:
         access.access_watch.watch(watcher, access.hold_of(actor, terminal_id), watcher.access_lost)
     try:
@@ -64,7 +64,7 @@ async def follow(terminal_id: str, worker_channel: str, from_byte: int | None, a
                 yield event
     finally:
         leases.release(worker_channel, terminal_id, channel)
-        worker_watch.unwatch(terminal_id, worker_channel, watcher)
+        worker_watch.unwatch(terminal_id, watcher)
         access.access_watch.unwatch(watcher)
         # The client may be gone already: detach without waiting for the answer.
         asyncio.ensure_future(_detach(worker_channel, terminal_id, channel))
@@ -111,8 +111,6 @@ def _event_of(message: dict, expected: int, terminal_id: str) -> Event | None:
         return Event("error", {"code": "WORKER_UNAVAILABLE", "message": "The terminal's worker stopped "
                                "streaming to this follow; reconnect with Last-Event-ID"})
     if kind == protocol.STREAM_RESTARTING:
-        return _restarting()
-    if kind == worker_watch.WORKER_LOST and message.get("restarted"):
         return _restarting()
     if kind == worker_watch.WORKER_LOST:
         return Event("error", _worker_lost_error(terminal_id, message["lost"]))

@@ -9,28 +9,18 @@ from ..ids import uuid_keys
 from ..models import TerminalSession, Worker
 
 LOST = TerminalSession.Status.LOST
-RESTARTED = "restarted"
 
 
-def terminals_cut_off(keys) -> dict:
-    """Which of these (terminal id as a string, the worker channel a connection reads it from) their worker left
-    behind: lost (True); hosted by a worker that stopped or stopped beating, by the database's clock, and not
-    marked lost yet (False); or hosted now on another channel (RESTARTED: its worker restarted under its keeper,
-    runtime/keeper.py, and no longer streams to that connection)."""
-    keys = list(keys)
-    ids = uuid_keys([terminal_id for terminal_id, _ in keys])
+def terminals_cut_off(terminal_ids) -> dict[str, bool]:
+    """Which of these terminals (ids as strings) their worker left behind: lost (True), or hosted by a worker that
+    stopped or stopped beating, by the database's clock, and not marked lost yet (False)."""
+    keys = uuid_keys(terminal_ids)
     worker_live = ExpressionWrapper(Worker.live_condition("worker__"), output_field=BooleanField())
-    rows = {}
-    for start in range(0, len(ids), 500):  # stay under SQLite's parameter limit
-        rows.update({str(key): row for key, *row in TerminalSession.objects.filter(pk__in=ids[start : start + 500])
-                     .annotate(worker_live=worker_live).values_list("id", "status", "worker_live", "worker__channel")})
     cut_off = {}
-    for key in keys:
-        status, live, channel = rows.get(key[0], (None, True, key[1]))
-        if status == LOST or not live:
-            cut_off[key] = status == LOST
-        elif channel != key[1]:
-            cut_off[key] = RESTARTED
+    for start in range(0, len(keys), 500):  # stay under SQLite's parameter limit
+        rows = (TerminalSession.objects.filter(pk__in=keys[start : start + 500]).annotate(worker_live=worker_live)
+                .values_list("id", "status", "worker_live"))
+        cut_off.update({str(key): status == LOST for key, status, live in rows if status == LOST or not live})
     return cut_off
 
 

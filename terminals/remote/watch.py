@@ -41,22 +41,20 @@ def _cut_off(terminal_ids) -> dict[str, bool]:
         _reachable_since = now
     _last_check = now
     if now - _reachable_since < 3 * settings.TERMINALS["HEARTBEAT_INTERVAL_MS"] / 1000:
-        return {key: outcome for key, outcome in found.items() if outcome is not False}
+        return {terminal_id: lost for terminal_id, lost in found.items() if lost}
     return found
 
 
 _rounds = RoundWatch(WATCH_SECONDS, _cut_off, "the workers of live connections")
 
 
-def watch(terminal_id: str, worker_channel: str, consumer) -> None:
-    """Starts watching the terminal's worker (on worker_channel) for consumer, whose terminal_worker_lost(event)
-    is called once: lost, or restarted (its worker came back on another channel, runtime/keeper.py)."""
+def watch(terminal_id: str, consumer) -> None:
+    """Starts watching the terminal's worker for consumer, whose terminal_worker_lost(event) is called once."""
     if settings.TERMINALS["EMBEDDED_WORKER"]:
         return
-    _rounds.watch((terminal_id, worker_channel), consumer, lambda outcome: consumer.terminal_worker_lost(
-        {"type": WORKER_LOST, "terminal": terminal_id, "lost": outcome is True,
-         "restarted": outcome == lost.RESTARTED}))
+    _rounds.watch(terminal_id, consumer, lambda lost: consumer.terminal_worker_lost(
+        {"type": WORKER_LOST, "terminal": terminal_id, "lost": lost}))
 
 
-def unwatch(terminal_id: str, worker_channel: str, consumer) -> None:
-    _rounds.unwatch((terminal_id, worker_channel), consumer)
+def unwatch(terminal_id: str, consumer) -> None:
+    _rounds.unwatch(terminal_id, consumer)

@@ -89,6 +89,7 @@ class Keeper:
         self.selector = selectors.DefaultSelector()
         self.stopping = False  # SIGTERM or SIGINT came: the worker ends its terminals, then the keeper exits
         self.done = False
+        self.handing_over = False  # SIGHUP asked the worker to hand over: its exit is no death
         self.deaths = 0  # consecutive deaths of the worker
         self.started_at = 0.0
         self.exit_code = 0
@@ -128,10 +129,16 @@ class Keeper:
             return
         if time.monotonic() - self.started_at >= STABLE_SECONDS:
             self.deaths = 0
-        pause = RESTART_PAUSES[min(self.deaths, len(RESTART_PAUSES) - 1)]
-        self.deaths += 1
-        logger.warning("keeper %d: worker %d ended (%s); starting it again in %.1f s with %d terminals held",
-                       os.getpid(), self.worker.pid, describe(returncode), pause, len(self.held))
+        pause = 0.0
+        if self.handing_over:  # it exited because SIGHUP asked it to: no death, no pause
+            logger.info("keeper %d: worker %d handed its terminals over (%s); starting the next with %d held",
+                        os.getpid(), self.worker.pid, describe(returncode), len(self.held))
+        else:
+            pause = RESTART_PAUSES[min(self.deaths, len(RESTART_PAUSES) - 1)]
+            self.deaths += 1
+            logger.warning("keeper %d: worker %d ended (%s); starting it again in %.1f s with %d terminals held",
+                           os.getpid(), self.worker.pid, describe(returncode), pause, len(self.held))
+        self.handing_over = False
         self.worker = None
         if pause:
             time.sleep(pause)
@@ -249,7 +256,7 @@ class Keeper:
             elif signum == signal.SIGHUP and self.worker is not None and not self.stopping:
                 logger.info("keeper %d: SIGHUP: worker %d hands its %d terminals over and starts again",
                             os.getpid(), self.worker.pid, len(self.held))
-                self.deaths = 0
+                self.handing_over = True
                 self.worker.send_signal(HANDOVER_SIGNAL)
             elif signum in (signal.SIGTERM, signal.SIGINT) and not self.stopping:
                 self.stopping = True

@@ -53,6 +53,7 @@ class SessionManager:
         self._sessions: dict[str, PtySession] = {}
         self._held = 0  # places kept for terminals being started (hold_room)
         self.keeping: Keeping | None = None  # the keeper that holds the terminals across restarts, if any
+        self.taken_back: set[str] = set()  # the terminals this process took back from the keeper (take_back)
         self._released_output_bytes = 0  # what released terminals wrote, for output_bytes()
 
     def __len__(self) -> int:
@@ -149,6 +150,7 @@ class SessionManager:
             self.keeping.track(terminal.id, session, adoption.StateFile(terminal.state))
             session.watch()
             self._sessions[terminal.id] = session
+            self.taken_back.add(terminal.id)
         return failed
 
     def reaped(self, session_id: str, returncode: int) -> None:
@@ -191,6 +193,7 @@ class SessionManager:
     def release(self, session_id: str) -> None:
         """Frees an ended terminal's PTY and buffer."""
         session = self._sessions.pop(session_id, None)
+        self.taken_back.discard(session_id)
         if self.keeping is not None:
             self.keeping.release(session_id)
         if session is not None:

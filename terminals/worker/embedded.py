@@ -47,5 +47,13 @@ class WithEmbeddedWorker:
         self.application = application
 
     async def __call__(self, scope, receive, send):
-        ensure_worker()
+        worker = ensure_worker()
+        if worker is not None and not worker.ready.is_set() and scope["type"] in ("http", "websocket"):
+            # A server that just started (a restart under the keeper: connections waited in the listening
+            # socket's backlog) answers once its worker has taken its terminals back and listens, not with
+            # requests sent to the previous process's worker, unanswered for WORKER_TIMEOUT_MS. Bounded by it.
+            try:
+                await asyncio.wait_for(worker.ready.wait(), settings.TERMINALS["WORKER_TIMEOUT_MS"] / 1000)
+            except TimeoutError:
+                pass  # served anyway: the request says what it finds
         return await self.application(scope, receive, send)

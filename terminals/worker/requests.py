@@ -233,5 +233,10 @@ class TerminalRequests:
         return {"terminalId": message["id"], "viewers": self.fanout.watching(message["id"])}
 
     async def handle_renew(self, message: dict) -> dict:
-        self.fanout.renew(message.get("subscribers") or [])
+        unknown = self.fanout.renew(message.get("subscribers") or [])
+        # Leases of terminals this process took back from its keeper, for connections it never had: they were
+        # attached to its previous process (a crash; a SIGHUP told them itself). They reattach from their byte.
+        restarted = [(terminal, channel) for terminal, channel in unknown if terminal in self.manager.taken_back]
+        if restarted:
+            await self.fanout.tell_restarted(restarted)
         return {}

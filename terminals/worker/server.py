@@ -94,7 +94,9 @@ class TerminalWorker:
             # Made now, so a directory that cannot hold the copies shows in /api/health before any terminal starts.
             await asyncio.to_thread(sealed.SHELLS.copy_of, "/bin/sh")
         self.database.start()
-        self.channel = await self.layer.new_channel()
+        # Under a keeper, one channel for every process of this worker: what is sent while it restarts waits there
+        # for the next one, instead of going to a process that is gone and timing out (WORKER_TIMEOUT_MS).
+        self.channel = f"terminals.worker.{self.id}" if self.link is not None else await self.layer.new_channel()
         await self.database.run(lambda: bookkeeping.worker_register(self.id, self.channel, self.hostname,
                                                                  holder_pid(), self.process_space))
         if self.link is not None:

@@ -128,14 +128,19 @@ class OutputFanout:
                 feed.stop_copying()
                 self.feeds.pop(terminal_id, None)
 
-    def renew(self, leases: list) -> None:
-        """A web process still reads at these [terminal id, channel] pairs (leases.py)."""
+    def renew(self, leases: list) -> list[tuple[str, str]]:
+        """A web process still reads at these [terminal id, channel] pairs (leases.py); returns those this worker
+        does not know."""
         now = asyncio.get_running_loop().time()
+        unknown = []
         for terminal_id, channel in leases:
             feed = self.feeds.get(terminal_id)
             subscriber = feed.subscribers.get(channel) if feed is not None else None
             if subscriber is not None:
                 subscriber.renewed = now
+            else:
+                unknown.append((terminal_id, channel))
+        return unknown
 
     def expire(self, lease_seconds: float, *, paused: bool = False) -> list[tuple[str, Subscriber]]:
         """Drops and returns the subscribers whose lease went lease_seconds unrenewed. paused: this process did not
@@ -150,6 +155,15 @@ class OutputFanout:
                     self.unsubscribe(terminal_id, channel)
                     expired.append((terminal_id, subscriber))
         return expired
+
+    async def tell_restarted(self, leases: list[tuple[str, str]]) -> None:
+        """Tells clients of this worker's previous process (killed, then started again by its keeper, which has
+        none of their subscriptions) that it restarted: they reattach from the byte they have."""
+        for terminal_id, channel in leases:
+            try:
+                await self.layer.send(channel, {"type": protocol.STREAM_RESTARTING, "terminal": terminal_id})
+            except Exception as error:  # noqa: BLE001 - its lease runs out instead
+                logger.warning("a watcher of %s was not told of the restart: %r", terminal_id, error)
 
     async def restarting(self) -> None:
         """Tells every subscriber that the worker restarts (keeper.py) and the byte to reattach from."""
