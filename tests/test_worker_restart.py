@@ -9,10 +9,13 @@ and each adoption is audited. SIGTERM still ends the terminals."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
+import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
@@ -90,9 +93,13 @@ def test_terminals_outlive_a_restart_or_a_crash_of_their_worker(kept, keys, orm,
                        json={"command": "sleep 3; (exit 7)", "wait": False}).json()["data"]["commandId"]
     nine = api.create(command="sh", args=["-c", "sleep 3; exit 9"])
 
+    following = threading.Event()  # the event stream has output: it is attached before the restart
+    follower = ThreadPoolExecutor(1).submit(follow, kept.url, keys["alice"], counter["terminalId"], 0, following)
+
     async def scenario():
         live = await Live.open(kept.url, counter["terminalId"], keys["alice"], fromByte=0)
         await live.until(lambda live: len(counts(live.text)) >= 30, "lines on the WebSocket")
+        await asyncio.to_thread(following.wait, 30)
         before = read_all(api, counter["terminalId"])
         if how == "hup":
             keeper_of(kept).process.send_signal(signal.SIGHUP)
@@ -113,6 +120,14 @@ def test_terminals_outlive_a_restart_or_a_crash_of_their_worker(kept, keys, orm,
         return before, live.text + again.text
 
     before, watched = asyncio.run(scenario())
+    # The event stream ends with the restart (WORKER_RESTARTING, SERVER_STOPPING, or cut when the embedded server
+    # is killed); resumed with Last-Event-ID it goes on with every line once.
+    streamed, resume, ended = follower.result(timeout=60)
+    assert ended in ("WORKER_RESTARTING", "SERVER_STOPPING", "cut"), ended
+    more = wait_for(lambda: follow(kept.url, keys["alice"], counter["terminalId"], resume, threading.Event(), 20),
+                    60, "the event stream to resume")
+    seen = counts(streamed + more[0])
+    assert len(seen) >= 20 + len(counts(streamed)) and seen == list(range(1, len(seen) + 1)), "a line lost or repeated"
 
     for created in (counter, sleeper, shell):
         record = wait_for(lambda created=created: answers(api, created["terminalId"]), 30, "the terminal to answer")
@@ -131,11 +146,47 @@ def test_terminals_outlive_a_restart_or_a_crash_of_their_worker(kept, keys, orm,
     assert exited["exitCode"] == 9, exited
     assert not gone(sleeper["pid"])
     adopted = AuditEvent.objects.filter(action="adopt", terminal_id=uuid.UUID(counter["terminalId"]))
-    assert adopted.count() == 1
+    assert [event.outcome for event in adopted] == ["ok"]
+    restart = AuditEvent.objects.filter(action="worker_restart", details__worker=adopted[0].details["worker"])
+    assert restart.count() == 1 and restart[0].details["adopted"] >= 4, list(restart.values())
 
     assert keeper_of(kept).stop(signal.SIGTERM) == 0  # SIGTERM ends them, as it always did
     for created in (counter, sleeper, shell):
         wait_for(lambda created=created: gone(created["pid"]), 15, "the terminal's process to end")
+
+
+def follow(url: str, key: str, terminal: str, from_byte: int, following: threading.Event, lines: int | None = None):
+    """Reads the terminal's event stream from from_byte (Last-Event-ID) until it ends, or until it has that many
+    lines; (its text, the byte to resume from, how it ended: an error's code, "cut" or "enough"), or None when the
+    server refused it (while it restarts)."""
+    text, resume = "", from_byte
+    try:
+        with requests.get(f"{url}/api/terminals/{terminal}/output", params={"follow": "true"}, stream=True,
+                          headers={"X-API-Key": key, "Last-Event-ID": str(from_byte)}, timeout=60) as response:
+            if response.status_code != 200:
+                return None
+            event: dict = {}
+            for line in response.iter_lines(decode_unicode=True):
+                if line.startswith(("id: ", "event: ", "data: ")):
+                    name, value = line.split(": ", 1)
+                    event[name] = value
+                    continue
+                if line or "event" not in event:
+                    continue
+                data = json.loads(event["data"])
+                if event["event"] == "error":
+                    return text, resume, data["code"]
+                if event["event"] == "output":
+                    text, resume = text + data["data"], int(event["id"])
+                    following.set()
+                    if lines is not None and len(counts(text)) >= lines:
+                        return text, resume, "enough"
+                event = {}
+    except requests.RequestException:
+        if lines is not None and not text:
+            return None
+        return text, resume, "cut"
+    return text, resume, "cut"
 
 
 async def _reattach(url: str, terminal: str, key: str, from_byte: int) -> Live:

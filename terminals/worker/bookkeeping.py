@@ -38,11 +38,15 @@ def worker_register(worker_id: str, channel: str, hostname: str, pid: int, space
     return worker
 
 
-def terminals_adopted(worker_id: str, adopted: dict[str, int]) -> None:
-    """Audits each terminal a restarted worker took back from its keeper (terminal id -> pid)."""
+def terminals_adopted(worker_id: str, adopted: dict[str, int], failed: dict[str, str]) -> None:
+    """Audits a worker's restart under its keeper, and each terminal it took back (terminal id -> pid) or could
+    not (terminal id -> why: it runs on, held by the keeper)."""
+    audit(SYSTEM, "worker_restart", worker=worker_id, adopted=len(adopted), notAdopted=len(failed))
     for terminal_id, pid in adopted.items():
         audit(SYSTEM, "adopt", terminal_id=terminal_id, worker=worker_id, pid=pid,
               reason="its worker restarted; the keeper held it meanwhile")
+    for terminal_id, why in failed.items():
+        audit(SYSTEM, "adopt", outcome="ADOPTION_FAILED", terminal_id=terminal_id, worker=worker_id, reason=why)
 
 
 def worker_alive(worker_id: str) -> None:

@@ -130,8 +130,9 @@ class TerminalWorker:
                 if record.status == RUNNING and record.source == API:
                     self.commands.audit_end(terminal_id, record)
         adopted = {terminal_id: session.pid for terminal_id, session in self.manager.items()}
-        if adopted:
-            await self.database.run(lambda: bookkeeping.terminals_adopted(self.id, adopted))
+        if adopted or failed:  # a restart (the keeper's first worker has nothing to take back)
+            reasons = {terminal_id: str(error) for terminal_id, error in failed}
+            await self.database.run(lambda: bookkeeping.terminals_adopted(self.id, adopted, reasons))
             logger.info("took back %d terminals from the keeper", len(adopted))
 
     async def hand_over(self) -> None:
