@@ -34,7 +34,7 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 logger = logging.getLogger("terminals.keeper")
 
@@ -57,7 +57,6 @@ class Held:
 
     pid: int
     fds: list[int]
-    meta: dict = field(default_factory=dict)
     returncode: int | None = None  # known once the process ended (reaped here, or told by the worker)
 
 
@@ -65,7 +64,10 @@ def send(sock: socket.socket, message: dict, fds: list[int] = ()) -> None:
     data = json.dumps(message, separators=(",", ":")).encode()
     if len(data) > MESSAGE_BYTES:
         raise ValueError(f"a keeper message is at most {MESSAGE_BYTES} bytes; this one is {len(data)}")
-    socket.send_fds(sock, [data], list(fds)) if fds else sock.send(data)
+    if fds:
+        socket.send_fds(sock, [data], list(fds))
+    else:
+        sock.send(data)
 
 
 def receive(sock: socket.socket) -> tuple[dict | None, list[int]]:
@@ -164,7 +166,7 @@ class Keeper:
         operation = message.get("op")
         if operation == "hold":
             self.forget(message["id"])
-            self.held[message["id"]] = Held(pid=message["pid"], fds=fds, meta=message.get("meta") or {})
+            self.held[message["id"]] = Held(pid=message["pid"], fds=fds)
             return True
         if operation == "listen" and fds:
             previous = self.listeners.pop(message["name"], None)
@@ -175,9 +177,7 @@ class Keeper:
         for fd in fds:  # no other message carries any
             os.close(fd)
         held = self.held.get(message.get("id", ""))
-        if operation == "meta" and held is not None:
-            held.meta = message["meta"]
-        elif operation == "ended" and held is not None:
+        if operation == "ended" and held is not None:
             held.returncode = message["returncode"]
         elif operation == "release":
             self.forget(message["id"])
@@ -188,7 +188,7 @@ class Keeper:
     def hand_over(self) -> None:
         """Sends the worker every terminal held, one message each (a message carries a few fds at most)."""
         for terminal_id, held in list(self.held.items()):
-            send(self.link, {"op": "terminal", "id": terminal_id, "pid": held.pid, "meta": held.meta,
+            send(self.link, {"op": "terminal", "id": terminal_id, "pid": held.pid,
                              "returncode": held.returncode}, held.fds)
         for name, fd in self.listeners.items():
             send(self.link, {"op": "listener", "name": name}, [fd])

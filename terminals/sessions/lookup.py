@@ -88,7 +88,7 @@ _READ_RECORDS_MAX = 10_000
 _read_records: dict[uuid.UUID, tuple[float, TerminalSession]] = {}
 _REFRESH = PreparedLookup(lambda key: TerminalSession.objects.filter(pk=key).annotate(
     worker_live=Exists(Worker.objects.live().filter(pk=OuterRef("worker_id")))).values_list(
-    "status", "released", "worker_live", "worker__channel"))
+    "status", "released", "worker_live"))
 
 
 def _record_for_reading(*, user, terminal_id) -> TerminalSession:
@@ -119,11 +119,8 @@ def _refreshed(record: TerminalSession) -> TerminalSession:
         forget_record(record.pk)
         raise TerminalNotFound(f"Terminal {record.pk} not found")
     fresh = copy.copy(record)  # requests on other threads may be using the cached one
-    fresh.status, fresh.released, live, channel = rows[0]
+    fresh.status, fresh.released, live = rows[0]
     fresh.worker_live = bool(live)
-    if record.worker is not None and channel != record.worker.channel:  # its worker restarted (runtime/keeper.py)
-        fresh.worker = copy.copy(record.worker)
-        fresh.worker.channel = channel
     _read_records[record.pk] = (read_at, fresh)
     return fresh
 
