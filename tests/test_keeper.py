@@ -30,7 +30,10 @@ class KeptWorker:
 
     def __init__(self, tmp_path: Path) -> None:
         self.control = str(tmp_path / "control.sock")
-        self.log = open(tmp_path / "keeper.log", "w+b")  # noqa: SIM115 - closed in stop()
+        # Append-only: the processes share this file's offset with the test, so the test reads it by its path
+        # and never moves where they write (a seek here once made a worker write over the keeper's line).
+        self.log_path = tmp_path / "keeper.log"
+        self.log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         env = {**os.environ, "HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"}
         self.keeper = subprocess.Popen([sys.executable, "-m", "terminals.runtime.keeper", "--", sys.executable,
                                         str(ROOT / "tests" / "keeper_worker.py"), self.control],
@@ -38,8 +41,7 @@ class KeptWorker:
         self.ready = self.wait_ready(0)
 
     def readies(self) -> list[dict]:
-        self.log.seek(0)
-        return [json.loads(line) for line in self.log.read().decode(errors="replace").splitlines()
+        return [json.loads(line) for line in self.text().splitlines()
                 if line.startswith('{"ready"')]
 
     def wait_ready(self, seen: int) -> dict:
@@ -71,8 +73,7 @@ class KeptWorker:
         return self.ready
 
     def text(self) -> str:
-        self.log.seek(0)
-        return self.log.read().decode(errors="replace")
+        return self.log_path.read_bytes().decode(errors="replace")
 
     def stop(self) -> int:
         if self.keeper.poll() is None:
