@@ -439,4 +439,18 @@ MUTANTS = [
         "                }",
         ("tests/test_worker_liveness.py::test_beats_that_come_faster_than_their_interval_judge_nobody_until_the_time_has_passed",),
     ),
+    Mutant(
+        "rehearsal-not-heeded", "a reload to code that cannot take the terminals over strands them",
+        "terminals/runtime/keeper.py",
+        "        if answer is not None and returncode == 0 and not answer.get(\"failed\"):",
+        "        if True:",
+        ("tests/test_keeper.py::test_code_that_cannot_take_the_terminals_over_leaves_them_to_the_running_worker[2-a saved state of version 1, kind 'pty'; this worker reads version 2]",),
+    ),
+    Mutant(
+        "rehearsal-reads-no-state", "the rehearsal passes code that cannot read the saved state",
+        "terminals/runtime/adoption.py",
+        "    _readable_state(held)\n    ring_fd",
+        "    ring_fd",
+        ("tests/test_keeper.py::test_code_that_cannot_take_the_terminals_over_leaves_them_to_the_running_worker[2-a saved state of version 1, kind 'pty'; this worker reads version 2]",),
+    ),
 ]

@@ -16,7 +16,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from terminals.runtime.keeping import KeeperLink, Keeping, die_with_keeper  # noqa: E402
+from terminals.runtime import adoption  # noqa: E402
+from terminals.runtime.keeping import KeeperLink, Keeping, die_with_keeper, rehearse_if_asked  # noqa: E402
 from terminals.runtime.manager import SessionManager  # noqa: E402
 from terminals.runtime.pty import PtySession, SpawnSpec  # noqa: E402
 from terminals.runtime.shell import ShellSession  # noqa: E402
@@ -94,4 +95,9 @@ async def main(control: str) -> None:
 
 
 if __name__ == "__main__":
+    # A file beside the control socket stands for an upgrade to code that saves and reads another state version.
+    if os.path.exists(sys.argv[1] + ".state-version"):
+        with open(sys.argv[1] + ".state-version") as version:
+            adoption.STATE_VERSION = int(version.read())
+    rehearse_if_asked()
     asyncio.run(main(sys.argv[1]))

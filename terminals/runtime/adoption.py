@@ -21,6 +21,8 @@ from .shell import ShellSession
 
 STATE_VERSION = 1
 KINDS = {"pty": PtySession, "shell": ShellSession}
+REQUIRED = {"pty": ("argv", "cwd", "cols", "rows", "startedAt", "lastActivity", "lastInputByte")}
+REQUIRED["shell"] = (*REQUIRED["pty"], "commands", "marksCommands")
 RECORDING_FIELDS = ("path", "cols", "rows", "started", "max_bytes", "record_input", "timestamp", "written", "capped")
 
 
@@ -101,10 +103,7 @@ def adopt(held: HeldTerminal, *, buffer: OutputBuffer, **options) -> PtySession:
     """A session for a held terminal, not watched yet (SessionManager.take_back watches it); options as for a
     new one (clock, max_pending_input, on_exit). The session takes the master, ring and pidfd (the state file
     stays the caller's); raises AdoptionFailed, or RingFormatError, closing none of them."""
-    state = StateFile(held.state).read()
-    if state.get("version") != STATE_VERSION or state.get("kind") not in KINDS:
-        raise AdoptionFailed(f"terminal {held.id}: a saved state of version {state.get('version')!r}, kind "
-                             f"{state.get('kind')!r}; this worker reads version {STATE_VERSION}")
+    state = _readable_state(held)
     ring = OutputRing(held.ring)  # raises RingFormatError (a ValueError) for a ring of another version
     spec = SpawnSpec(argv=state["argv"], cwd=state["cwd"], env={}, cols=state["cols"], rows=state["rows"])
     session = KINDS[state["kind"]](spec, buffer=buffer, **options)
@@ -120,6 +119,30 @@ def adopt(held: HeldTerminal, *, buffer: OutputBuffer, **options) -> PtySession:
         session.recording = Recording(**state["recording"], resumed=True)
     _take_over(session, AdoptedProcess(held.pid, state["argv"], held.returncode), held.master, held.pidfd)
     return session
+
+
+def check(held: HeldTerminal) -> None:
+    """Raises what adopt() would for held (AdoptionFailed, RingFormatError), taking nothing: a rehearsal
+    (keeping.rehearse_if_asked) runs it with the code now on disk before the running worker hands over."""
+    _readable_state(held)
+    ring_fd = os.dup(held.ring)  # the ring's close() closes its fd; held's stays for held.close()
+    try:
+        ring = OutputRing(ring_fd)
+    except BaseException:
+        os.close(ring_fd)
+        raise
+    ring.close()
+
+
+def _readable_state(held: HeldTerminal) -> dict:
+    state = StateFile(held.state).read()
+    if state.get("version") != STATE_VERSION or state.get("kind") not in KINDS:
+        raise AdoptionFailed(f"terminal {held.id}: a saved state of version {state.get('version')!r}, kind "
+                             f"{state.get('kind')!r}; this worker reads version {STATE_VERSION}")
+    missing = [name for name in REQUIRED[state["kind"]] if name not in state]
+    if missing:
+        raise AdoptionFailed(f"terminal {held.id}: its saved state has no {', '.join(missing)}")
+    return state
 
 
 def _take_over(session: PtySession, process: AdoptedProcess, master: int, pidfd: int) -> None:

@@ -13,8 +13,11 @@ pidfd (keeper_link.py), and the keeper holds them until the worker releases the 
 Then it starts the worker again, which adopts every terminal the keeper holds (adoption.py): same ids, pids and
 byte offsets.
 
-Signals to the keeper: SIGHUP restarts the worker in place (the worker gets SIGUSR1: it hands its terminals over
-and exits, and a new one, running the code now on disk, adopts them); SIGTERM and SIGINT stop the worker as they
+Signals to the keeper: SIGHUP restarts the worker in place. First a rehearsal: the worker's command runs once more
+(TERMINALS_KEEPER_REHEARSAL set), with the code now on disk, is handed every terminal held and checks that it can
+take each back, touching none (keeping.rehearse_if_asked). Only if it can does the worker get SIGUSR1: it hands its
+terminals over and exits, and a new one, running that code, adopts them. If it cannot (a new version that reads
+no older state, code that does not start), the running worker keeps its terminals and the keeper logs why. SIGTERM and SIGINT stop the worker as they
 always did (it ends its terminals) and then the keeper. A worker that dies (SIGKILL, the OOM killer) is started
 again, at once the first time, then after a growing pause if it keeps dying. Plain Python, no Django: it changes
 rarely, so it need not restart when the service is upgraded.
@@ -43,6 +46,8 @@ FD_VARIABLE = "TERMINALS_KEEPER_FD"
 # names the keeper's pid as the one holding its terminals (their control groups, and what other workers of the
 # host check to tell whether it is gone), so a restart is not a departure.
 PID_VARIABLE, ID_VARIABLE = "TERMINALS_KEEPER_PID", "TERMINALS_KEEPER_ID"
+REHEARSAL_VARIABLE = "TERMINALS_KEEPER_REHEARSAL"  # set for a rehearsal: check every terminal held, then exit
+REHEARSAL_SECONDS = 120.0  # a rehearsal that has not answered by then failed
 MESSAGE_BYTES = 1 << 16  # the longest message either side sends
 MAX_FDS = 4  # fds sent with one message
 HANDOVER_SIGNAL = signal.SIGUSR1  # to the worker: hand the terminals over and exit, leaving them running
@@ -58,6 +63,16 @@ class Held:
     pid: int
     fds: list[int]
     returncode: int | None = None  # known once the process ended (reaped here, or told by the worker)
+
+
+@dataclass
+class Rehearsal:
+    """The worker's command run once to check that the code now on disk can take back every terminal held."""
+
+    process: subprocess.Popen
+    link: socket.socket | None
+    deadline: float
+    answer: dict | None = None  # its {"op": "rehearsed", ...} message
 
 
 def send(sock: socket.socket, message: dict, fds: list[int] = ()) -> None:
@@ -92,21 +107,27 @@ class Keeper:
         self.stopping = False  # SIGTERM or SIGINT came: the worker ends its terminals, then the keeper exits
         self.done = False
         self.handing_over = False  # SIGHUP asked the worker to hand over: its exit is no death
+        self.rehearsal: Rehearsal | None = None  # SIGHUP came: the code on disk is checked before the hand-over
         self.deaths = 0  # consecutive deaths of the worker
         self.started_at = 0.0
         self.exit_code = 0
 
     # The worker
 
-    def start_worker(self) -> None:
+    def spawn(self, **environment: str) -> tuple[subprocess.Popen, socket.socket]:
+        """The worker's command started with the other end of a new link (and environment); the keeper's end."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         os.set_inheritable(theirs.fileno(), True)
-        env = {**os.environ, FD_VARIABLE: str(theirs.fileno()), PID_VARIABLE: str(os.getpid()), ID_VARIABLE: self.id}
+        env = {**os.environ, FD_VARIABLE: str(theirs.fileno()), PID_VARIABLE: str(os.getpid()), ID_VARIABLE: self.id,
+               **environment}
         # A process group of its own: Ctrl-C at a terminal reaches the keeper alone, which passes it on once.
-        self.worker = subprocess.Popen(self.argv, env=env, pass_fds=(theirs.fileno(),), process_group=0)
+        process = subprocess.Popen(self.argv, env=env, pass_fds=(theirs.fileno(),), process_group=0)
         theirs.close()
-        self.link = ours
-        self.selector.register(ours, selectors.EVENT_READ, self.on_message)
+        return process, ours
+
+    def start_worker(self) -> None:
+        self.worker, self.link = self.spawn()
+        self.selector.register(self.link, selectors.EVENT_READ, self.on_link)
         self.started_at = time.monotonic()
         logger.info("keeper %d: worker %d started, %d terminals held for it", os.getpid(), self.worker.pid,
                     len(self.held))
@@ -159,6 +180,12 @@ class Keeper:
 
     # Messages from the worker
 
+    def on_link(self) -> None:
+        if self.link is not None and self.on_message() is False:
+            self.selector.unregister(self.link)  # the worker closed its end; its exit follows
+            self.link.close()
+            self.link = None
+
     def on_message(self) -> bool:
         message, fds = receive(self.link)
         if message is None:
@@ -182,17 +209,85 @@ class Keeper:
         elif operation == "release":
             self.forget(message["id"])
         elif operation == "adopt":
-            self.hand_over()
+            self.hand_over(self.link)
         return True
 
-    def hand_over(self) -> None:
-        """Sends the worker every terminal held, one message each (a message carries a few fds at most)."""
+    def hand_over(self, link: socket.socket) -> None:
+        """Sends every terminal held over link, one message each (a message carries a few fds at most)."""
         for terminal_id, held in list(self.held.items()):
-            send(self.link, {"op": "terminal", "id": terminal_id, "pid": held.pid,
-                             "returncode": held.returncode}, held.fds)
+            send(link, {"op": "terminal", "id": terminal_id, "pid": held.pid, "returncode": held.returncode},
+                 held.fds)
         for name, fd in self.listeners.items():
-            send(self.link, {"op": "listener", "name": name}, [fd])
-        send(self.link, {"op": "adopted", "count": len(self.held)})
+            send(link, {"op": "listener", "name": name}, [fd])
+        send(link, {"op": "adopted", "count": len(self.held)})
+
+    # The rehearsal (SIGHUP)
+
+    def rehearse(self) -> None:
+        process, link = self.spawn(**{REHEARSAL_VARIABLE: "1"})
+        self.rehearsal = Rehearsal(process, link, time.monotonic() + REHEARSAL_SECONDS)
+        self.selector.register(link, selectors.EVENT_READ, self.on_rehearsal_message)
+        logger.info("keeper %d: SIGHUP: process %d checks that the code on disk can take back the %d terminals "
+                    "held", os.getpid(), process.pid, len(self.held))
+
+    def on_rehearsal_message(self) -> bool:
+        """Takes one message of the rehearsal's; False when there was none to take."""
+        rehearsal = self.rehearsal
+        try:
+            message, fds = receive(rehearsal.link)
+        except BlockingIOError:
+            return False
+        for fd in fds:
+            os.close(fd)
+        if message is None:
+            self.selector.unregister(rehearsal.link)
+            rehearsal.link.close()
+            rehearsal.link = None
+            return False
+        if message.get("op") == "adopt":
+            try:
+                self.hand_over(rehearsal.link)
+            except OSError:
+                pass  # it went; its exit says how
+        elif message.get("op") == "rehearsed":
+            rehearsal.answer = message
+        return True
+
+    def rehearsal_ended(self, returncode: int) -> None:
+        rehearsal = self.rehearsal
+        if rehearsal.link is not None:  # its last messages
+            rehearsal.link.setblocking(False)
+            while rehearsal.link is not None and self.on_rehearsal_message():
+                pass
+            if rehearsal.link is not None:
+                self.selector.unregister(rehearsal.link)
+                rehearsal.link.close()
+        self.rehearsal = None
+        answer = rehearsal.answer
+        if answer is not None and returncode == 0 and not answer.get("failed"):
+            if self.worker is None or self.stopping:
+                return
+            logger.info("keeper %d: the code on disk can take back the %d terminals held: worker %d hands them "
+                        "over and starts again", os.getpid(), answer.get("checked", 0), self.worker.pid)
+            self.handing_over = True
+            self.worker.send_signal(HANDOVER_SIGNAL)
+            return
+        if answer is not None and answer.get("failed"):
+            reasons = "; ".join(answer.get("reasons", []))
+            why = f"it cannot take back {answer['failed']} of the {answer.get('checked')} terminals held ({reasons})"
+        elif returncode == -signal.SIGKILL and time.monotonic() >= rehearsal.deadline:
+            why = f"it did not answer within {REHEARSAL_SECONDS:.0f} s"
+        else:
+            why = f"it ended ({describe(returncode)}) before answering; its output above says why"
+        pid = self.worker.pid if self.worker is not None else None
+        logger.error("keeper %d: SIGHUP refused: the worker's command, run with the code now on disk, cannot take "
+                     "over: %s. Worker %s keeps running its terminals; fix the code and reload again.",
+                     os.getpid(), why, pid)
+        if self.link is not None:
+            try:
+                send(self.link, {"op": "restart_refused", "reason": why[: MESSAGE_BYTES // 2]})
+            except OSError:
+                pass
 
     def forget(self, terminal_id: str) -> None:
         held = self.held.pop(terminal_id, None)
@@ -215,6 +310,10 @@ class Keeper:
                 self.worker.returncode = returncode
                 self.worker_ended(returncode)
                 continue
+            if self.rehearsal is not None and pid == self.rehearsal.process.pid:
+                self.rehearsal.process.returncode = returncode
+                self.rehearsal_ended(returncode)
+                continue
             for terminal_id, held in self.held.items():
                 if held.pid == pid:
                     held.returncode = returncode
@@ -236,13 +335,16 @@ class Keeper:
         self.selector.register(wakeup_read, selectors.EVENT_READ, None)
         self.start_worker()
         while not self.done:
-            for key, _ in self.selector.select():
+            timeout = None
+            if self.rehearsal is not None:
+                timeout = max(0.0, self.rehearsal.deadline - time.monotonic())
+                if not timeout and self.rehearsal.process.returncode is None:
+                    self.rehearsal.process.kill()  # reaped below (SIGCHLD), and reported as too slow
+            for key, _ in self.selector.select(timeout):
                 if key.data is None:
                     self.on_signals(os.read(wakeup_read, 512))
-                elif self.link is not None and key.fileobj is self.link and self.on_message() is False:
-                    self.selector.unregister(self.link)  # the worker closed its end; its exit follows
-                    self.link.close()
-                    self.link = None
+                else:
+                    key.data()
         for terminal_id in list(self.held):
             self.forget(terminal_id)
         for fd in self.listeners.values():
@@ -254,12 +356,14 @@ class Keeper:
             if signum == signal.SIGCHLD:
                 self.reap()
             elif signum == signal.SIGHUP and self.worker is not None and not self.stopping:
-                logger.info("keeper %d: SIGHUP: worker %d hands its %d terminals over and starts again",
-                            os.getpid(), self.worker.pid, len(self.held))
-                self.handing_over = True
-                self.worker.send_signal(HANDOVER_SIGNAL)
+                if self.rehearsal is not None or self.handing_over:
+                    logger.info("keeper %d: SIGHUP: a restart is already under way", os.getpid())
+                else:
+                    self.rehearse()
             elif signum in (signal.SIGTERM, signal.SIGINT) and not self.stopping:
                 self.stopping = True
+                if self.rehearsal is not None and self.rehearsal.process.returncode is None:
+                    self.rehearsal.process.kill()
                 if self.worker is not None:
                     self.worker.send_signal(signum)
 

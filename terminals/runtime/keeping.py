@@ -17,9 +17,10 @@ import logging
 import os
 import signal
 import socket
+import sys
 from collections.abc import Callable
 
-from . import keeper
+from . import adoption, keeper
 from .adoption import HeldTerminal, StateFile, terminal_state
 from .output_ring import OutputRing
 from .pty import PtySession
@@ -42,6 +43,33 @@ def die_with_keeper() -> None:
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != holder_pid():  # the keeper died before the line above
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+REHEARSAL_REASONS = 10  # the first reasons a rehearsal tells the keeper (the rest are counted)
+
+
+def rehearse_if_asked() -> None:
+    """In a rehearsal (the keeper's SIGHUP, keeper.REHEARSAL_VARIABLE set): checks that this code can take back
+    every terminal the keeper holds, touching none (no output read, no state written), tells the keeper, and
+    exits. Call it once this code is loaded and before it does anything else: no database, no channel."""
+    if not os.environ.pop(keeper.REHEARSAL_VARIABLE, None):
+        return
+    die_with_keeper()
+    link = KeeperLink.from_environment()
+    held = link.take_back()
+    failed: dict[str, str] = {}
+    for terminal in held:
+        try:
+            adoption.check(terminal)
+        except (adoption.AdoptionFailed, ValueError, OSError) as error:
+            failed[terminal.id] = str(error)
+        finally:
+            terminal.close()
+    for fd in link._listeners.values():
+        os.close(fd)
+    link.send({"op": "rehearsed", "checked": len(held), "failed": len(failed),
+               "reasons": list(failed.values())[:REHEARSAL_REASONS]})
+    sys.exit(0 if not failed else 1)
 
 
 _link: KeeperLink | None = None
@@ -117,7 +145,7 @@ class KeeperLink:
 
     def watch(self, on_exited: Callable[[str, int], None]) -> None:
         """From now on, on_exited(terminal id, returncode) is called on the event loop when the keeper reaps a
-        process this worker adopted."""
+        process this worker adopted; a restart the keeper refused (its rehearsal failed) is logged."""
         loop = asyncio.get_running_loop()
         self._sock.setblocking(False)
 
@@ -134,6 +162,9 @@ class KeeperLink:
                 logger.error("the keeper closed its link: terminals now end with this worker")
             elif message.get("op") == "exited":
                 on_exited(message["id"], message["returncode"])
+            elif message.get("op") == "restart_refused":
+                logger.error("the keeper refused to restart this worker, which keeps its terminals: the code on "
+                             "disk cannot take them over: %s", message["reason"])
 
         loop.add_reader(self._sock, readable)
 

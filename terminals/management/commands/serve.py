@@ -1,6 +1,7 @@
 """Runs the whole service in one process (embedded mode): migrates, bootstraps a first key, serves on daphne."""
 
 import asyncio
+import importlib
 import os
 import secrets
 import shlex
@@ -17,7 +18,7 @@ from django.core.management.base import BaseCommand, CommandError
 from terminals import keys
 from terminals.environment import separation_warning
 from terminals.runtime import keeper
-from terminals.runtime.keeping import KeeperLink
+from terminals.runtime.keeping import KeeperLink, rehearse_if_asked
 
 
 class Command(BaseCommand):
@@ -34,6 +35,9 @@ class Command(BaseCommand):
             # its terminals and its listening socket, so that SIGHUP restarts it without ending either.
             os.execv(sys.executable, [sys.executable, "-m", "terminals.runtime.keeper", "--", sys.executable,
                                       *sys.argv])
+        if os.environ.get(keeper.REHEARSAL_VARIABLE):
+            importlib.import_module("config.asgi")  # the rehearsal loads everything the server will
+        rehearse_if_asked()  # a rehearsal of the keeper's SIGHUP exits here, having checked every terminal
         call_command("migrate", interactive=False, verbosity=0)
         first = None if no_bootstrap else self.bootstrap()
         self.run_daphne(host, port, first)

@@ -14,6 +14,7 @@ from redis.exceptions import RedisError
 from terminals import metrics
 from terminals.plumbing.channel_layer import RedisTooOld
 from terminals.runtime import keeper
+from terminals.runtime.keeping import rehearse_if_asked
 from terminals.environment import separation_warning
 from terminals.worker.server import TerminalWorker
 
@@ -29,6 +30,7 @@ class Command(BaseCommand):
             # worker as its child: the same command line, with the keeper's end of the link.
             os.execv(sys.executable, [sys.executable, "-m", "terminals.runtime.keeper", "--", sys.executable,
                                       *sys.argv])
+        rehearse_if_asked()  # a rehearsal of the keeper's SIGHUP exits here, having checked every terminal
         asyncio.run(self.serve())
 
     async def serve(self) -> None:
