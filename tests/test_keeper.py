@@ -23,6 +23,7 @@ from .servers import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 COUNTER = ["sh", "-c", "i=0; while :; do i=$((i+1)); echo n=$i; sleep 0.02; done"]
+SLOW_COUNTER = ["sh", "-c", "i=0; while :; do i=$((i+1)); echo n=$i; sleep 0.25; done"]
 
 
 class KeptWorker:
@@ -132,14 +133,17 @@ def test_terminals_outlive_their_worker(kept, how):
 
 
 def test_twenty_restarts_and_five_kills_lose_nothing(kept):
-    """A counter across 20 SIGHUP restarts and 5 SIGKILLs in a row: one process all along, every line once."""
-    pid = kept.ask(op="create", id="counter", argv=COUNTER)["pid"]
+    """50 counters across 20 SIGHUP restarts and 5 SIGKILLs in a row: each one process all along, every line once."""
+    pids = {f"t{n}": kept.ask(op="create", id=f"t{n}", argv=COUNTER if n == 0 else SLOW_COUNTER)["pid"]
+            for n in range(50)}
     for round_number in range(25):
-        kept.restart("kill" if round_number % 5 == 4 else "hup")
-        assert kept.ask(op="list")["terminals"]["counter"]["pid"] == pid
-    wait_for(lambda: len(counts(kept.output("counter"))) >= 50, 30, "the counter to count")
-    numbers = counts(kept.output("counter"))
-    assert numbers[0] == 1 and numbers == list(range(1, len(numbers) + 1)), "a line lost or repeated"
+        ready = kept.restart("kill" if round_number % 5 == 4 else "hup")
+        assert ready["adopted"] == 50 and not ready["failed"], ready
+        assert {terminal: entry["pid"] for terminal, entry in kept.ask(op="list")["terminals"].items()} == pids
+    wait_for(lambda: len(counts(kept.output("t0"))) >= 50, 30, "the counter to count")
+    for terminal in pids:
+        numbers = counts(kept.output(terminal))
+        assert numbers and numbers == list(range(1, len(numbers) + 1)), f"{terminal}: a line lost or repeated"
     assert kept.stop() == 0
 
 
@@ -148,4 +152,31 @@ def test_a_worker_that_keeps_dying_is_started_again_and_says_so(kept):
     for _ in range(3):
         kept.restart("kill")
     assert kept.text().count("ended (killed by SIGKILL)") == 3, kept.text()
+    assert kept.stop() == 0
+
+
+@pytest.mark.parametrize("upgrade, why", [
+    ("2", "a saved state of version 1, kind 'pty'; this worker reads version 2"),  # reads no older state
+    ("not a number", "ended (exit status 1) before answering"),  # code that does not even start
+])
+def test_code_that_cannot_take_the_terminals_over_leaves_them_to_the_running_worker(kept, upgrade, why):
+    """SIGHUP rehearses the code on disk first: when it cannot take the terminals back, the worker that runs them
+    keeps them (no hand-over, no restart), the keeper says why, and a reload once the code is fixed goes through."""
+    worker = kept.ready["ready"]
+    pid = kept.ask(op="create", id="counter", argv=COUNTER)["pid"]
+    upgraded = Path(kept.control + ".state-version")  # read by tests/keeper_worker.py as it starts
+    upgraded.write_text(upgrade)
+    os.kill(kept.keeper.pid, signal.SIGHUP)
+    wait_for(lambda: "SIGHUP refused" in kept.text(), 30, "the keeper to refuse the restart")
+    assert why in kept.text() and f"Worker {worker} keeps running its terminals" in kept.text(), kept.text()
+    assert len(kept.readies()) == 1 and not gone(worker)  # no worker started, none stopped
+    seen = len(counts(kept.output("counter")))
+    wait_for(lambda: len(counts(kept.output("counter"))) > seen + 10, 30, "the running worker to go on reading")
+
+    upgraded.unlink()
+    ready = kept.restart("hup")
+    assert ready["ready"] != worker and ready["adopted"] == 1 and not ready["failed"], ready
+    assert kept.ask(op="list")["terminals"]["counter"]["pid"] == pid
+    numbers = counts(kept.output("counter"))
+    assert numbers[0] == 1 and numbers == list(range(1, len(numbers) + 1)), "a line lost or repeated"
     assert kept.stop() == 0
