@@ -14,8 +14,10 @@ import os
 import re
 import signal
 import threading
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 
 import pytest
 import requests
@@ -93,6 +95,9 @@ def test_terminals_outlive_a_restart_or_a_crash_of_their_worker(kept, keys, orm,
                        json={"command": "sleep 3; (exit 7)", "wait": False}).json()["data"]["commandId"]
     nine = api.create(command="sh", args=["-c", "sleep 3; exit 9"])
 
+    health = requests.get(f"{kept.url}/api/health", timeout=10).json()["data"]
+    health_asked = time.monotonic()
+
     following = threading.Event()  # the event stream has output: it is attached before the restart
     follower = ThreadPoolExecutor(1).submit(follow, kept.url, keys["alice"], counter["terminalId"], 0, following)
 
@@ -145,6 +150,14 @@ def test_terminals_outlive_a_restart_or_a_crash_of_their_worker(kept, keys, orm,
         answers(api, nine["terminalId"])), 30, "the program that exits 9")
     assert exited["exitCode"] == 9, exited
     assert not gone(sleeper["pid"])
+    # /api/health shows the restart: the worker answering (same id) has started again, and its row says when.
+    again = wait_for(lambda: (lambda data: data if data["worker"]["ok"] else None)(
+        requests.get(f"{kept.url}/api/health", timeout=10).json()["data"]), 30, "a worker to answer the ping")
+    assert again["worker"]["id"] == health["worker"]["id"]
+    assert again["worker"]["uptime"] < health["worker"]["uptime"] + (time.monotonic() - health_asked), again
+    [row], [row_before] = ([w for w in data["workers"] if w["id"] == health["worker"]["id"]] for data in (again, health))
+    started = [datetime.fromisoformat(r["started"]) for r in (row, row_before)]
+    assert started[0] > started[1] and row["alive"], (row, row_before)
     adopted = AuditEvent.objects.filter(action="adopt", terminal_id=uuid.UUID(counter["terminalId"]))
     assert [event.outcome for event in adopted] == ["ok"]
     restart = AuditEvent.objects.filter(action="worker_restart", details__worker=adopted[0].details["worker"])

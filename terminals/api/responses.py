@@ -218,6 +218,7 @@ class WorkerReportSerializer(serializers.Serializer):
     hostname = serializers.CharField()
     pid = serializers.IntegerField()
     alive = serializers.BooleanField(help_text="not stopped, not judged gone, and its heartbeat still changes")
+    started = serializers.DateTimeField(help_text="when its process started (again, after a restart under its keeper)")
     heartbeatAgeMs = serializers.IntegerField()
     stopped = serializers.DateTimeField(allow_null=True)
     lost = serializers.DateTimeField(allow_null=True, help_text="when it was judged gone and its terminals lost")

@@ -26,7 +26,7 @@ def health() -> dict:
     database_ok = _database_answers()
     try:
         ping = worker_client.request_sync(protocol.CREATE_CHANNEL, protocol.PING, reply_within=2.0)
-        worker = {"ok": True, "id": ping["worker"], "isolation": ping.get("isolation"),
+        worker = {"ok": True, "id": ping["worker"], "uptime": ping.get("uptime"), "isolation": ping.get("isolation"),
                   "commandIntegrity": ping.get("commandIntegrity")}
     except ServiceError as error:
         worker = {"ok": False, "error": error.default_code}
@@ -64,7 +64,8 @@ def readiness() -> dict:
 
 
 def workers_report() -> list[dict]:
-    """Every worker that has not stopped (and those stopped in the last hour): its host, pid, heartbeat age,
+    """Every worker that has not stopped (and those stopped in the last hour): its host, pid, when its process
+    started (a worker restarted under its keeper keeps its id and gets a new start), heartbeat age,
     whether it is alive (beating, and not judged gone by another worker: a killed one is dead as soon as its
     terminals are marked lost), since when it is judged gone, and how many active terminals it holds."""
     now = timezone.now()
@@ -74,6 +75,7 @@ def workers_report() -> list[dict]:
             .annotate(active_terminals=Count("terminals", filter=Q(terminals__status="active")))
             .order_by("hostname", "started"))
     return [{"id": worker.id, "hostname": worker.hostname, "pid": worker.pid, "alive": worker.id in live,
+             "started": worker.started.isoformat(),
              "heartbeatAgeMs": max(0, round((now - worker.last_seen).total_seconds() * 1000)),
              "stopped": worker.stopped.isoformat() if worker.stopped else None,
              "lost": worker.lost.isoformat() if worker.lost else None, "activeTerminals": worker.active_terminals}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Awaitable, Callable
 
 from django.conf import settings
@@ -28,6 +29,9 @@ from .placement import terminal_account_kind
 from .recording_files import read_chunk
 from .shapes import bytes_data, exit_status_data, info_data, line_read_data, stats_data
 from .streaming import OutputFanout
+
+# When this process started: a worker restarted under its keeper (a reload, a crash) answers pings with a new one.
+STARTED = time.monotonic()
 
 # A new shell gets this long to show its first prompt on top of a command's timeout (so a command that does not
 # wait, or waits less, still finds it started); a longer wait counts against the timeout. Within the web side's
@@ -202,7 +206,8 @@ class TerminalRequests:
     # The worker itself
 
     async def handle_ping(self, message: dict) -> dict:
-        return {"worker": self.worker_id, "terminals": len(self.manager), "active": self.manager.active_count,
+        return {"worker": self.worker_id, "uptime": round(time.monotonic() - STARTED, 3),
+                "terminals": len(self.manager), "active": self.manager.active_count,
                 "isolation": {**self.confinement.describe(), "runAs": run_as_policy(), "workerUid": os.geteuid()},
                 "commandIntegrity": integrity.describe(terminal_account_kind(), sealed.SHELLS)}
 
