@@ -233,6 +233,8 @@ class Keeper:
     def on_rehearsal_message(self) -> bool:
         """Takes one message of the rehearsal's; False when there was none to take."""
         rehearsal = self.rehearsal
+        if rehearsal is None or rehearsal.link is None:
+            return False
         try:
             message, fds = receive(rehearsal.link)
         except BlockingIOError:
@@ -341,6 +343,8 @@ class Keeper:
                 if not timeout and self.rehearsal.process.returncode is None:
                     self.rehearsal.process.kill()  # reaped below (SIGCHLD), and reported as too slow
             for key, _ in self.selector.select(timeout):
+                if self.selector.get_map().get(key.fd) is not key:
+                    continue  # closed by an earlier event of this batch (an exit reaped), or its fd reused since
                 if key.data is None:
                     self.on_signals(os.read(wakeup_read, 512))
                 else:
