@@ -32,7 +32,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.conf import settings
@@ -42,6 +41,8 @@ from django.core.exceptions import RequestAborted
 from django.db import connections
 from django.http import FileResponse
 from django.urls import set_script_prefix
+
+from .daemon_executor import DaemonThreadExecutor
 
 logger = logging.getLogger(__name__)
 
@@ -55,14 +56,14 @@ class ExecutorPool:
     def __init__(self, idle_seconds: float = IDLE_SECONDS, limit: int = 0) -> None:
         self.idle_seconds = idle_seconds
         self.limit = limit  # executors lent through acquire() at once; 0: no bound
-        self._idle: list[tuple[ThreadPoolExecutor, float]] = []  # (executor, when it became idle); newest last
+        self._idle: list[tuple[DaemonThreadExecutor, float]] = []  # (executor, when it became idle); newest last
         self._lock = threading.Lock()
         self.started = 0  # executors made (tests read it)
         self._slots: asyncio.Semaphore | None = None  # made on the event loop at the first acquire()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._lent: set[ThreadPoolExecutor] = set()  # acquired, their slot not released yet
+        self._lent: set[DaemonThreadExecutor] = set()  # acquired, their slot not released yet
 
-    async def acquire(self, within: float) -> ThreadPoolExecutor | None:
+    async def acquire(self, within: float) -> DaemonThreadExecutor | None:
         """An executor for one request, once fewer than limit are lent (waiting up to within seconds for one to
         be given back); None if none was. give_back() returns it."""
         if not self.limit:
@@ -81,7 +82,7 @@ class ExecutorPool:
             self._lent.add(executor)
         return executor
 
-    def release(self, executor: ThreadPoolExecutor) -> None:
+    def release(self, executor: DaemonThreadExecutor) -> None:
         """Frees the slot acquire() lent executor under (once; from any thread): when its work has ended, or when
         its request streams from the event loop and no longer runs on it."""
         with self._lock:
@@ -90,19 +91,19 @@ class ExecutorPool:
             self._lent.discard(executor)
         self._loop.call_soon_threadsafe(self._slots.release)
 
-    def take(self) -> ThreadPoolExecutor:
+    def take(self) -> DaemonThreadExecutor:
         with self._lock:
             if self._idle:
                 return self._idle.pop()[0]
             self.started += 1
-        return ThreadPoolExecutor(max_workers=1, thread_name_prefix="request")
+        return DaemonThreadExecutor("request")
 
-    def give_back(self, executor: ThreadPoolExecutor) -> None:
+    def give_back(self, executor: DaemonThreadExecutor) -> None:
         """Makes the executor idle once the work queued on it has finished: a request whose client went away
         leaves its view running, and the next request must not queue behind it."""
         executor.submit(_nothing).add_done_callback(lambda _: self._idle_now(executor))
 
-    def _idle_now(self, executor: ThreadPoolExecutor) -> None:
+    def _idle_now(self, executor: DaemonThreadExecutor) -> None:
         now = time.monotonic()
         with self._lock:
             self._idle.append((executor, now))
@@ -120,7 +121,7 @@ def _nothing() -> None:
     pass
 
 
-def _close(executor: ThreadPoolExecutor) -> None:
+def _close(executor: DaemonThreadExecutor) -> None:
     # The thread's database connections would otherwise stay open until garbage collection.
     executor.submit(connections.close_all)
     executor.shutdown(wait=False)
