@@ -142,6 +142,7 @@ class WorkerUnavailable(ServiceError):
     status_code = status.HTTP_503_SERVICE_UNAVAILABLE
     default_code = "WORKER_UNAVAILABLE"
     default_detail = "The terminal worker did not answer in time"
+    wait = 1.0  # Retry-After: a worker restarting under its keeper answers again within about a second
 
 
 class AuditUnavailable(ServiceError):

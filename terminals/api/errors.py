@@ -16,6 +16,7 @@ from ..exceptions import (
     DatabaseUnavailable,
     RateLimited,
     Unauthorized,
+    WorkerUnavailable,
     as_service_error,
     envelope,
     retry_after,
@@ -33,7 +34,7 @@ def exception_handler(exc: Exception, context: dict) -> Response:
         error = Unauthorized(missing_key_message(request))
     headers = {}
     wait = getattr(error, "wait", None)
-    if isinstance(error, (RateLimited, DatabaseUnavailable)) and wait is not None:
+    if isinstance(error, (RateLimited, DatabaseUnavailable, WorkerUnavailable)) and wait is not None:
         headers["Retry-After"] = retry_after(wait)
     if isinstance(error, Unauthorized):
         headers["WWW-Authenticate"] = "Api-Key"

@@ -43,6 +43,11 @@ logger = logging.getLogger(__name__)
 
 # Backoff of a listen loop whose channel layer fails (seconds): doubling from the first to the second.
 LISTEN_RETRY_MIN, LISTEN_RETRY_MAX = 0.05, 1.0
+# The answer to a request still running when the worker hands its terminals over (a reload under its keeper).
+RESTARTING = ("The terminal's worker restarted (a reload) while this request was running; the terminal lives on. "
+              "Send the request again in a moment. A command it started keeps running: find it with GET "
+              "/api/terminals/{id}/commands rather than sending it again.")
+HANDOVER_REPLY_SECONDS = 2.0  # how long the requests still running get to send that answer
 
 
 class TerminalWorker:
@@ -72,6 +77,7 @@ class TerminalWorker:
         self.stopped = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
         self._shutting_down = False
+        self._handing_over = False
         place = {"worker_id": self.id, "hostname": self.hostname, "space": self.process_space, "layer": self.layer}
         self.creations = Creations(**place, manager=self.manager, database=self.database, recordings=self.recordings,
                                    readers=self.readers, reply=self._reply)
@@ -141,9 +147,11 @@ class TerminalWorker:
         if self._shutting_down or self.link is None or self.link.broken:
             logger.error("no keeper holds this worker's terminals: SIGUSR1 is ignored (SIGTERM ends them)")
             return
-        self._shutting_down = True
-        for task in list(self._tasks):
-            task.cancel()
+        self._shutting_down = self._handing_over = True
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()  # a request still running answers that the worker restarts (dispatch)
+        await asyncio.wait(tasks, timeout=HANDOVER_REPLY_SECONDS)
         await self.upkeep.stop()
         await self.fanout.restarting()
         await self.recordings.flush()  # written so far; the next worker goes on in the same files
@@ -223,10 +231,36 @@ class TerminalWorker:
             if delay:
                 logger.warning("receiving on %s works again", channel)
                 delay = 0.0
+            if self._shutting_down:  # taken as it stops (redis-py can finish a pop its cancellation interrupted)
+                await self._pass_on(channel, message)
+                return
             self._spawn(self.dispatch(message))
 
+    async def _pass_on(self, channel: str, message: dict) -> None:
+        """A request taken while stopping: put back for the worker's next process (a hand-over) or for another
+        worker (a creation), or answered that the worker is stopping."""
+        if self._handing_over or channel == protocol.CREATE_CHANNEL:
+            try:
+                await self.layer.send(channel, message)
+                return
+            except Exception:  # noqa: BLE001 - the caller times out, as it would have
+                logger.exception("putting back a %s request taken while stopping failed", message.get("type"))
+                return
+        if message.get("reply_to"):
+            await self._reply(message, protocol.reply_error(
+                "WORKER_UNAVAILABLE", "The terminal worker is stopping; send the request again in a moment."))
+
     async def dispatch(self, message: dict) -> None:
-        """Runs one request and sends its reply, unless its caller already gave up."""
+        """Runs one request and sends its reply, unless its caller already gave up. A request still running when
+        the worker hands over is answered WORKER_UNAVAILABLE, saying so, rather than left to time out."""
+        try:
+            await self._dispatch(message)
+        except asyncio.CancelledError:
+            if self._handing_over and message.get("reply_to"):
+                await self._reply(message, protocol.reply_error("WORKER_UNAVAILABLE", RESTARTING, {"restarting": True}))
+            raise
+
+    async def _dispatch(self, message: dict) -> None:
         kind = message.get("type", "")
         if message.get("deadline", float("inf")) < database_now():
             logger.warning("dropped %s: its caller gave up", message.get("type"))

@@ -1,6 +1,7 @@
 """Runs a terminal worker on its own (split mode): it hosts terminals for every web process on the Redis channel layer."""
 
 import asyncio
+import logging
 import os
 import signal
 import sys
@@ -17,6 +18,29 @@ from terminals.runtime import keeper
 from terminals.runtime.keeping import rehearse_if_asked
 from terminals.environment import separation_warning
 from terminals.worker.server import TerminalWorker
+
+logger = logging.getLogger(__name__)
+
+LEFTOVER_SECONDS = 5.0  # what still runs once the worker stopped gets this long to end, then the process exits
+
+
+async def end_leftovers(seconds: float) -> None:
+    """Cancels every task still running once the worker has stopped (its terminals ended or handed over, its
+    records written). One that does not end within seconds (a Redis call can swallow its cancellation and wait
+    on) does not keep the process alive: under a keeper that would hold up the next worker, and with it every
+    terminal's service; the process exits without it."""
+    tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    if not tasks:
+        return
+    _, pending = await asyncio.wait(tasks, timeout=seconds)
+    if pending:
+        logger.warning("%d tasks did not end within %.0f s of the worker stopping (%s); exiting without them",
+                       len(pending), seconds, ", ".join(sorted(task.get_coro().__qualname__ for task in pending)))
+        sys.stdout.flush()
+        logging.shutdown()
+        os._exit(0)
 
 
 class Command(BaseCommand):
@@ -49,6 +73,7 @@ class Command(BaseCommand):
             self.stdout.write(warning, ending="\n")
         self.stdout.flush()
         await worker.stopped.wait()
+        await end_leftovers(LEFTOVER_SECONDS)
 
     @staticmethod
     async def check_redis() -> None:
