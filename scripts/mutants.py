@@ -440,6 +440,20 @@ MUTANTS = [
         ("tests/test_worker_liveness.py::test_beats_that_come_faster_than_their_interval_judge_nobody_until_the_time_has_passed",),
     ),
     Mutant(
+        "request-threads-joined-at-exit", "a request stuck as the server stops keeps the old process alive",
+        "terminals/plumbing/daemon_executor.py",
+        "name=f\"{name}_{next(_numbers)}\", daemon=True)",
+        "name=f\"{name}_{next(_numbers)}\", daemon=False)",
+        ("tests/test_worker_restart.py::test_a_reload_with_a_request_waiting_on_the_worker_goes_through[embedded]",),
+    ),
+    Mutant(
+        "waits-left-at-handover", "a request running when the worker hands over waits out its timeout",
+        "terminals/worker/server.py",
+        "            if self._handing_over and message.get(\"reply_to\"):",
+        "            if False:",
+        ("tests/test_worker_restart.py::test_a_reload_with_a_request_waiting_on_the_worker_goes_through[split]",),
+    ),
+    Mutant(
         "rehearsal-not-heeded", "a reload to code that cannot take the terminals over strands them",
         "terminals/runtime/keeper.py",
         "        if answer is not None and returncode == 0 and not answer.get(\"failed\"):",

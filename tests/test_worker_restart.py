@@ -223,3 +223,54 @@ def test_sighup_without_a_keeper_changes_nothing(split_server, keys, orm):
     assert api.run(terminal, "echo still-here") == "still-here"
     assert worker.alive()
     requests.get(f"{split_server.url}/api/health", timeout=10).raise_for_status()
+
+
+def test_a_reload_with_a_request_waiting_on_the_worker_goes_through(kept, keys):
+    """Requests waiting on the worker as it hands over (a command's wait, reads) neither keep the old process from
+    exiting nor get a false answer. A request's thread once waited for an event loop that had stopped, the
+    embedded server's exit joined that thread for ever, and nobody served the port again; and a command's wait
+    was left to run out its timeout."""
+    api = Api(kept.url, keys["alice"])
+    terminal = api.create(shell="/bin/bash")["terminalId"]
+    api.command(terminal, "true")
+    waiting = ThreadPoolExecutor(1).submit(
+        requests.post, f"{kept.url}/api/terminals/{terminal}/commands", timeout=120,
+        json={"command": "sleep 100", "timeoutMs": 90000}, headers={"X-API-Key": keys["alice"]})
+    wait_for(lambda: any(command["status"] == "running" for command in
+                         api.get(f"/api/terminals/{terminal}/commands").json()["data"]["commands"]),
+             30, "the command to run")
+    polling = threading.Event()  # and requests that ask the worker, in flight the whole time
+
+    def poll():
+        with requests.Session() as session:
+            while not polling.is_set():
+                try:
+                    session.get(f"{kept.url}/api/terminals/{terminal}", headers={"X-API-Key": keys["alice"]},
+                                timeout=120)
+                except requests.RequestException:
+                    pass
+
+    pollers = [threading.Thread(target=poll) for _ in range(4)]
+    for poller in pollers:
+        poller.start()
+    try:
+        old = worker_child(kept)
+        keeper_of(kept).process.send_signal(signal.SIGHUP)
+        wait_for(lambda: gone(old), 60, "the old process to exit")
+        record = wait_for(lambda: answers(api, terminal), 60, "the new process to answer")
+        assert record["status"] == "active"
+    finally:
+        polling.set()
+        for poller in pollers:
+            poller.join()
+    try:
+        response = waiting.result(timeout=60)
+    except requests.ConnectionError:
+        return  # cut as the embedded server went: to be sent again
+    # Answered at once that the worker restarted, and when to come back: not left to its timeout (90 s here).
+    assert response.status_code == 503, response.text
+    error = response.json()["error"]
+    assert error["code"] == "WORKER_UNAVAILABLE" and error["details"]["restarting"] is True, error
+    assert "GET /api/terminals/{id}/commands" in error["message"] and response.headers["Retry-After"] == "1"
+    assert any(command["status"] == "running" for command in  # the command goes on, under the new process
+               api.get(f"/api/terminals/{terminal}/commands").json()["data"]["commands"])
