@@ -293,6 +293,8 @@ TERMINALS = {
     # Whether `manage.py terminal_worker` runs under a keeper (terminals/runtime/keeper.py), so that its terminals
     # outlive it: SIGHUP restarts it in place, and a worker killed is started again and takes them back.
     "KEEPER": env_bool("TERMINALS_KEEPER", False),
+    # How long a worker told to hand over (a reload) may take to exit before its keeper kills it.
+    "KEEPER_HANDOVER_SECONDS": env_int("TERMINALS_KEEPER_HANDOVER_SECONDS", 30, minimum=1),
     # Live keys (WebSocket input): "batched" sends printable keys at once and commits their audit rows together
     # within 250 ms, before any key that can run anything goes out; "strict" commits a row before every frame
     # (terminals/keystrokes.py, SECURITY.md).

@@ -1,6 +1,6 @@
 """The keeper: a small process that outlives the worker it runs, so that terminals outlive the worker too.
 
-    python -m terminals.runtime.keeper -- <the worker's command line>
+    python -m terminals.runtime.keeper [--handover-seconds N] -- <the worker's command line>
 
 It starts the worker as its child, with one end of a socket pair (TERMINALS_KEEPER_FD). For each terminal the
 worker starts, the worker hands the keeper a copy of its PTY master, its output ring (output_ring.py) and its
@@ -16,8 +16,10 @@ byte offsets.
 Signals to the keeper: SIGHUP restarts the worker in place. First a rehearsal: the worker's command runs once more
 (TERMINALS_KEEPER_REHEARSAL set), with the code now on disk, is handed every terminal held and checks that it can
 take each back, touching none (keeping.rehearse_if_asked). Only if it can does the worker get SIGUSR1: it hands its
-terminals over and exits, and a new one, running that code, adopts them. If it cannot (a new version that reads
-no older state, code that does not start), the running worker keeps its terminals and the keeper logs why. SIGTERM and SIGINT stop the worker as they
+terminals over and exits, and the rehearsal, loaded and waiting, goes on as the next worker and adopts them (no
+process start in the gap). If it cannot (a new version that reads no older state, code that does not start), the
+running worker keeps its terminals and the keeper logs why. A worker that has not handed over within
+--handover-seconds (30) is killed: its terminals are taken back as after a crash. SIGTERM and SIGINT stop the worker as they
 always did (it ends its terminals) and then the keeper. A worker that dies (SIGKILL, the OOM killer) is started
 again, at once the first time, then after a growing pause if it keeps dying. Plain Python, no Django: it changes
 rarely, so it need not restart when the service is upgraded.
@@ -48,6 +50,7 @@ FD_VARIABLE = "TERMINALS_KEEPER_FD"
 PID_VARIABLE, ID_VARIABLE = "TERMINALS_KEEPER_PID", "TERMINALS_KEEPER_ID"
 REHEARSAL_VARIABLE = "TERMINALS_KEEPER_REHEARSAL"  # set for a rehearsal: check every terminal held, then exit
 REHEARSAL_SECONDS = 120.0  # a rehearsal that has not answered by then failed
+HANDOVER_SECONDS = 30.0  # a worker told to hand over that has not exited by then is killed (--handover-seconds)
 MESSAGE_BYTES = 1 << 16  # the longest message either side sends
 MAX_FDS = 4  # fds sent with one message
 HANDOVER_SIGNAL = signal.SIGUSR1  # to the worker: hand the terminals over and exit, leaving them running
@@ -73,6 +76,7 @@ class Rehearsal:
     link: socket.socket | None
     deadline: float
     answer: dict | None = None  # its {"op": "rehearsed", ...} message
+    passed: bool = False  # it can take every terminal back: it waits to go on as the next worker
 
 
 def send(sock: socket.socket, message: dict, fds: list[int] = ()) -> None:
@@ -96,8 +100,9 @@ def receive(sock: socket.socket) -> tuple[dict | None, list[int]]:
 
 
 class Keeper:
-    def __init__(self, argv: list[str]) -> None:
+    def __init__(self, argv: list[str], handover_seconds: float = HANDOVER_SECONDS) -> None:
         self.argv = argv
+        self.handover_seconds = handover_seconds
         self.id = uuid.uuid4().hex
         self.held: dict[str, Held] = {}
         self.listeners: dict[str, int] = {}  # listening sockets (an embedded server's), held across restarts too
@@ -108,6 +113,7 @@ class Keeper:
         self.done = False
         self.handing_over = False  # SIGHUP asked the worker to hand over: its exit is no death
         self.rehearsal: Rehearsal | None = None  # SIGHUP came: the code on disk is checked before the hand-over
+        self.handover_deadline = 0.0  # when a worker told to hand over is killed if it has not exited
         self.deaths = 0  # consecutive deaths of the worker
         self.started_at = 0.0
         self.exit_code = 0
@@ -154,8 +160,14 @@ class Keeper:
             self.deaths = 0
         pause = 0.0
         if self.handing_over:  # it exited because SIGHUP asked it to: no death, no pause
-            logger.info("keeper %d: worker %d handed its terminals over (%s); starting the next with %d held",
+            logger.info("keeper %d: worker %d handed its terminals over (%s); %d held for the next",
                         os.getpid(), self.worker.pid, describe(returncode), len(self.held))
+            rehearsal = self.rehearsal
+            if rehearsal is not None and rehearsal.passed and rehearsal.link is not None \
+                    and rehearsal.process.returncode is None:
+                self.handing_over, self.worker = False, None
+                self.promote()
+                return
         else:
             pause = RESTART_PAUSES[min(self.deaths, len(RESTART_PAUSES) - 1)]
             self.deaths += 1
@@ -230,6 +242,30 @@ class Keeper:
         logger.info("keeper %d: SIGHUP: process %d checks that the code on disk can take back the %d terminals "
                     "held", os.getpid(), process.pid, len(self.held))
 
+    def rehearsal_passed(self, rehearsal: Rehearsal) -> None:
+        rehearsal.passed = True
+        if self.worker is None or self.stopping:
+            return
+        logger.info("keeper %d: process %d, running the code on disk, can take back the %d terminals held: worker "
+                    "%d hands them over to it", os.getpid(), rehearsal.process.pid, rehearsal.answer.get("checked", 0),
+                    self.worker.pid)
+        self.handing_over = True
+        self.handover_deadline = time.monotonic() + self.handover_seconds
+        self.worker.send_signal(HANDOVER_SIGNAL)
+
+    def promote(self) -> None:
+        """The rehearsal that passed goes on as the worker: it adopts the terminals as any new worker does."""
+        rehearsal, self.rehearsal = self.rehearsal, None
+        self.worker, self.link = rehearsal.process, rehearsal.link
+        self.selector.modify(self.link, selectors.EVENT_READ, self.on_link)
+        self.started_at = time.monotonic()
+        logger.info("keeper %d: worker %d takes over the %d terminals held", os.getpid(), self.worker.pid,
+                    len(self.held))
+        try:
+            send(self.link, {"op": "go"})
+        except OSError:
+            pass  # it went meanwhile: its exit is reaped as the worker's, and the worker started again
+
     def on_rehearsal_message(self) -> bool:
         """Takes one message of the rehearsal's; False when there was none to take."""
         rehearsal = self.rehearsal
@@ -253,6 +289,8 @@ class Keeper:
                 pass  # it went; its exit says how
         elif message.get("op") == "rehearsed":
             rehearsal.answer = message
+            if not message.get("failed"):
+                self.rehearsal_passed(rehearsal)
         return True
 
     def rehearsal_ended(self, returncode: int) -> None:
@@ -266,13 +304,9 @@ class Keeper:
                 rehearsal.link.close()
         self.rehearsal = None
         answer = rehearsal.answer
-        if answer is not None and returncode == 0 and not answer.get("failed"):
-            if self.worker is None or self.stopping:
-                return
-            logger.info("keeper %d: the code on disk can take back the %d terminals held: worker %d hands them "
-                        "over and starts again", os.getpid(), answer.get("checked", 0), self.worker.pid)
-            self.handing_over = True
-            self.worker.send_signal(HANDOVER_SIGNAL)
+        if rehearsal.passed:  # the worker, handing over, is started again from the code on disk when it exits
+            logger.warning("keeper %d: process %d, which was to take over, ended (%s) first", os.getpid(),
+                           rehearsal.process.pid, describe(returncode))
             return
         if answer is not None and answer.get("failed"):
             reasons = "; ".join(answer.get("reasons", []))
@@ -337,23 +371,41 @@ class Keeper:
         self.selector.register(wakeup_read, selectors.EVENT_READ, None)
         self.start_worker()
         while not self.done:
-            timeout = None
-            if self.rehearsal is not None:
-                timeout = max(0.0, self.rehearsal.deadline - time.monotonic())
-                if not timeout and self.rehearsal.process.returncode is None:
-                    self.rehearsal.process.kill()  # reaped below (SIGCHLD), and reported as too slow
-            for key, _ in self.selector.select(timeout):
+            for key, _ in self.selector.select(self.enforce_deadlines()):
                 if self.selector.get_map().get(key.fd) is not key:
                     continue  # closed by an earlier event of this batch (an exit reaped), or its fd reused since
-                if key.data is None:
-                    self.on_signals(os.read(wakeup_read, 512))
-                else:
-                    key.data()
+                try:
+                    if key.data is None:
+                        self.on_signals(os.read(wakeup_read, 512))
+                    else:
+                        key.data()
+                except Exception:  # noqa: BLE001 - the keeper's death would end every terminal: log it, go on
+                    logger.exception("keeper %d: handling an event failed; going on", os.getpid())
         for terminal_id in list(self.held):
             self.forget(terminal_id)
         for fd in self.listeners.values():
             os.close(fd)
         return self.exit_code
+
+    def enforce_deadlines(self) -> float | None:
+        """Kills a rehearsal that has not answered in time, and a worker that has not handed over in time; the
+        seconds until the next such deadline (None: none)."""
+        now, timeout = time.monotonic(), None
+        rehearsal = self.rehearsal
+        if rehearsal is not None and not rehearsal.passed and rehearsal.process.returncode is None:
+            timeout = max(0.0, rehearsal.deadline - now)
+            if not timeout:
+                rehearsal.process.kill()  # reaped (SIGCHLD), and reported as too slow
+        if self.handing_over and self.worker is not None and self.worker.returncode is None \
+                and self.handover_deadline < float("inf"):
+            left = max(0.0, self.handover_deadline - now)
+            timeout = left if timeout is None else min(timeout, left)
+            if not left:
+                logger.error("keeper %d: worker %d has not handed over within %.0f s: killed; its terminals are "
+                             "taken back as after a crash", os.getpid(), self.worker.pid, self.handover_seconds)
+                self.worker.kill()
+                self.handover_deadline = float("inf")
+        return timeout
 
     def on_signals(self, signals: bytes) -> None:
         for signum in signals:
@@ -385,11 +437,19 @@ def describe(returncode: int) -> str:
 
 
 def main(argv: list[str]) -> int:
+    usage = "usage: python -m terminals.runtime.keeper [--handover-seconds N] -- <worker command line>"
     if "--" not in argv or argv.index("--") == len(argv) - 1:
-        print("usage: python -m terminals.runtime.keeper -- <worker command line>", file=sys.stderr)
+        print(usage, file=sys.stderr)
         return 2
+    options, command = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
+    handover_seconds = HANDOVER_SECONDS
+    if options:
+        if len(options) != 2 or options[0] != "--handover-seconds":
+            print(usage, file=sys.stderr)
+            return 2
+        handover_seconds = float(options[1])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return Keeper(argv[argv.index("--") + 1 :]).run()
+    return Keeper(command, handover_seconds).run()
 
 
 if __name__ == "__main__":

@@ -50,8 +50,10 @@ REHEARSAL_REASONS = 10  # the first reasons a rehearsal tells the keeper (the re
 
 def rehearse_if_asked() -> None:
     """In a rehearsal (the keeper's SIGHUP, keeper.REHEARSAL_VARIABLE set): checks that this code can take back
-    every terminal the keeper holds, touching none (no output read, no state written), tells the keeper, and
-    exits. Call it once this code is loaded and before it does anything else: no database, no channel."""
+    every terminal the keeper holds, touching none (no output read, no state written), and tells the keeper. If
+    it cannot, it exits; if it can, it waits until the running worker has handed over and returns: this process
+    goes on as the next worker. Call it once this code is loaded and before it does anything else: no database,
+    no channel."""
     if not os.environ.pop(keeper.REHEARSAL_VARIABLE, None):
         return
     die_with_keeper()
@@ -69,7 +71,15 @@ def rehearse_if_asked() -> None:
         os.close(fd)
     link.send({"op": "rehearsed", "checked": len(held), "failed": len(failed),
                "reasons": list(failed.values())[:REHEARSAL_REASONS]})
-    sys.exit(0 if not failed else 1)
+    if failed:
+        sys.exit(1)
+    # It can: it waits, loaded, to go on as the next worker once the running one has handed over (keeper.promote).
+    message, fds = keeper.receive(link._sock)
+    for fd in fds:
+        os.close(fd)
+    if message is None or message.get("op") != "go":
+        sys.exit(0)
+    link._exchanged = False  # it takes the terminals back as a worker now, from what the keeper holds by then
 
 
 _link: KeeperLink | None = None

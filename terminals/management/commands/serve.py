@@ -33,7 +33,8 @@ class Command(BaseCommand):
         if settings.TERMINALS["KEEPER"] and keeper.FD_VARIABLE not in os.environ:
             # This process becomes the keeper (runtime/keeper.py), which runs the server as its child and holds
             # its terminals and its listening socket, so that SIGHUP restarts it without ending either.
-            os.execv(sys.executable, [sys.executable, "-m", "terminals.runtime.keeper", "--", sys.executable,
+            os.execv(sys.executable, [sys.executable, "-m", "terminals.runtime.keeper", "--handover-seconds",
+                                      str(settings.TERMINALS["KEEPER_HANDOVER_SECONDS"]), "--", sys.executable,
                                       *sys.argv])
         if os.environ.get(keeper.REHEARSAL_VARIABLE):
             importlib.import_module("config.asgi")  # the rehearsal loads everything the server will

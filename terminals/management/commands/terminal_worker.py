@@ -52,7 +52,8 @@ class Command(BaseCommand):
         if settings.TERMINALS["KEEPER"] and keeper.FD_VARIABLE not in os.environ:
             # This process becomes the keeper (same pid: the one systemd and operators signal), which runs the
             # worker as its child: the same command line, with the keeper's end of the link.
-            os.execv(sys.executable, [sys.executable, "-m", "terminals.runtime.keeper", "--", sys.executable,
+            os.execv(sys.executable, [sys.executable, "-m", "terminals.runtime.keeper", "--handover-seconds",
+                                      str(settings.TERMINALS["KEEPER_HANDOVER_SECONDS"]), "--", sys.executable,
                                       *sys.argv])
         rehearse_if_asked()  # a rehearsal of the keeper's SIGHUP exits here, having checked every terminal
         asyncio.run(self.serve())
