@@ -81,7 +81,10 @@ async def main(control: str) -> None:
     loop = asyncio.get_running_loop()
     stopped = loop.create_future()
     loop.add_signal_handler(signal.SIGTERM, lambda: stopped.done() or stopped.set_result("stop"))
-    loop.add_signal_handler(signal.SIGUSR1, lambda: stopped.done() or stopped.set_result("hand over"))
+    # A file beside the control socket stands for a worker that hangs as it hands over.
+    stuck = control + ".stuck"
+    loop.add_signal_handler(signal.SIGUSR1, lambda: stopped.done() or os.path.exists(stuck)
+                            or stopped.set_result("hand over"))
     if os.path.exists(control):
         os.unlink(control)
     server = await asyncio.start_unix_server(Worker(manager).handle, control)

@@ -29,15 +29,15 @@ SLOW_COUNTER = ["sh", "-c", "i=0; while :; do i=$((i+1)); echo n=$i; sleep 0.25;
 class KeptWorker:
     """The keeper, running tests/keeper_worker.py, and a way to ask that worker things."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, *options: str) -> None:
         self.control = str(tmp_path / "control.sock")
         # Append-only: the processes share this file's offset with the test, so the test reads it by its path
         # and never moves where they write (a seek here once made a worker write over the keeper's line).
         self.log_path = tmp_path / "keeper.log"
         self.log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         env = {**os.environ, "HOME": str(tmp_path), "PYTHONUNBUFFERED": "1"}
-        self.keeper = subprocess.Popen([sys.executable, "-m", "terminals.runtime.keeper", "--", sys.executable,
-                                        str(ROOT / "tests" / "keeper_worker.py"), self.control],
+        self.keeper = subprocess.Popen([sys.executable, "-m", "terminals.runtime.keeper", *options, "--",
+                                        sys.executable, str(ROOT / "tests" / "keeper_worker.py"), self.control],
                                        cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)
         self.ready = self.wait_ready(0)
 
@@ -180,3 +180,27 @@ def test_code_that_cannot_take_the_terminals_over_leaves_them_to_the_running_wor
     numbers = counts(kept.output("counter"))
     assert numbers[0] == 1 and numbers == list(range(1, len(numbers) + 1)), "a line lost or repeated"
     assert kept.stop() == 0
+
+
+def test_a_worker_that_does_not_hand_over_is_killed_and_its_terminals_taken_back(tmp_path):
+    """A worker that hangs as it hands over (told by SIGUSR1, it never exits) does not hold the restart up for
+    ever: past the keeper's hand-over time it is killed, and the next worker takes the terminals back as after a
+    crash, every line kept."""
+    kept = KeptWorker(tmp_path, "--handover-seconds", "2")
+    try:
+        worker = kept.ready["ready"]
+        pid = kept.ask(op="create", id="counter", argv=COUNTER)["pid"]
+        Path(kept.control + ".stuck").touch()  # read as SIGUSR1 comes: this worker ignores it
+        ready = kept.restart("hup")
+        assert "has not handed over within 2 s: killed" in kept.text(), kept.text()
+        assert ready["ready"] != worker and ready["adopted"] == 1 and gone(worker), ready
+        assert kept.ask(op="list")["terminals"]["counter"]["pid"] == pid
+        wait_for(lambda: len(counts(kept.output("counter"))) >= 50, 30, "the counter to count")
+        numbers = counts(kept.output("counter"))
+        assert numbers[0] == 1 and numbers == list(range(1, len(numbers) + 1)), "a line lost or repeated"
+        Path(kept.control + ".stuck").unlink()
+        assert kept.stop() == 0
+    finally:
+        if kept.keeper.poll() is None:
+            kept.keeper.kill()
+            kept.keeper.wait()
