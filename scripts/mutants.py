@@ -455,9 +455,9 @@ MUTANTS = [
     ),
     Mutant(
         "rehearsal-not-heeded", "a reload to code that cannot take the terminals over strands them",
-        "terminals/runtime/keeper.py",
-        "        if answer is not None and returncode == 0 and not answer.get(\"failed\"):",
-        "        if True:",
+        "terminals/runtime/keeper_rehearsal.py",
+        "            if not message.get(\"failed\"):",
+        "            if True:",
         ("tests/test_keeper.py::test_code_that_cannot_take_the_terminals_over_leaves_them_to_the_running_worker[2-a saved state of version 1, kind 'pty'; this worker reads version 2]",),
     ),
     Mutant(

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import json
 import logging
 import os
 import selectors
@@ -41,19 +40,11 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from .keeper_protocol import FD_VARIABLE, ID_VARIABLE, PID_VARIABLE, describe, receive, send
+from .keeper_rehearsal import HANDOVER_SECONDS, Rehearsal, Rehearsing
+
 logger = logging.getLogger("terminals.keeper")
 
-FD_VARIABLE = "TERMINALS_KEEPER_FD"
-# The keeper's pid and an id of its own, the same for every worker it runs: the worker registers under that id and
-# names the keeper's pid as the one holding its terminals (their control groups, and what other workers of the
-# host check to tell whether it is gone), so a restart is not a departure.
-PID_VARIABLE, ID_VARIABLE = "TERMINALS_KEEPER_PID", "TERMINALS_KEEPER_ID"
-REHEARSAL_VARIABLE = "TERMINALS_KEEPER_REHEARSAL"  # set for a rehearsal: check every terminal held, then exit
-REHEARSAL_SECONDS = 120.0  # a rehearsal that has not answered by then failed
-HANDOVER_SECONDS = 30.0  # a worker told to hand over that has not exited by then is killed (--handover-seconds)
-MESSAGE_BYTES = 1 << 16  # the longest message either side sends
-MAX_FDS = 4  # fds sent with one message
-HANDOVER_SIGNAL = signal.SIGUSR1  # to the worker: hand the terminals over and exit, leaving them running
 PR_SET_CHILD_SUBREAPER = 36
 RESTART_PAUSES = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0)  # after consecutive deaths of the worker
 STABLE_SECONDS = 30.0  # a worker that ran this long without dying resets the pauses
@@ -68,38 +59,7 @@ class Held:
     returncode: int | None = None  # known once the process ended (reaped here, or told by the worker)
 
 
-@dataclass
-class Rehearsal:
-    """The worker's command run once to check that the code now on disk can take back every terminal held."""
-
-    process: subprocess.Popen
-    link: socket.socket | None
-    deadline: float
-    answer: dict | None = None  # its {"op": "rehearsed", ...} message
-    passed: bool = False  # it can take every terminal back: it waits to go on as the next worker
-
-
-def send(sock: socket.socket, message: dict, fds: list[int] = ()) -> None:
-    data = json.dumps(message, separators=(",", ":")).encode()
-    if len(data) > MESSAGE_BYTES:
-        raise ValueError(f"a keeper message is at most {MESSAGE_BYTES} bytes; this one is {len(data)}")
-    if fds:
-        socket.send_fds(sock, [data], list(fds))
-    else:
-        sock.send(data)
-
-
-def receive(sock: socket.socket) -> tuple[dict | None, list[int]]:
-    """The next message and the fds that came with it; (None, []) when the other end has closed."""
-    data, fds, _, _ = socket.recv_fds(sock, MESSAGE_BYTES, MAX_FDS)
-    if not data:
-        for fd in fds:
-            os.close(fd)
-        return None, []
-    return json.loads(data), fds
-
-
-class Keeper:
+class Keeper(Rehearsing):
     def __init__(self, argv: list[str], handover_seconds: float = HANDOVER_SECONDS) -> None:
         self.argv = argv
         self.handover_seconds = handover_seconds
@@ -233,98 +193,6 @@ class Keeper:
             send(link, {"op": "listener", "name": name}, [fd])
         send(link, {"op": "adopted", "count": len(self.held)})
 
-    # The rehearsal (SIGHUP)
-
-    def rehearse(self) -> None:
-        process, link = self.spawn(**{REHEARSAL_VARIABLE: "1"})
-        self.rehearsal = Rehearsal(process, link, time.monotonic() + REHEARSAL_SECONDS)
-        self.selector.register(link, selectors.EVENT_READ, self.on_rehearsal_message)
-        logger.info("keeper %d: SIGHUP: process %d checks that the code on disk can take back the %d terminals "
-                    "held", os.getpid(), process.pid, len(self.held))
-
-    def rehearsal_passed(self, rehearsal: Rehearsal) -> None:
-        rehearsal.passed = True
-        if self.worker is None or self.stopping:
-            return
-        logger.info("keeper %d: process %d, running the code on disk, can take back the %d terminals held: worker "
-                    "%d hands them over to it", os.getpid(), rehearsal.process.pid, rehearsal.answer.get("checked", 0),
-                    self.worker.pid)
-        self.handing_over = True
-        self.handover_deadline = time.monotonic() + self.handover_seconds
-        self.worker.send_signal(HANDOVER_SIGNAL)
-
-    def promote(self) -> None:
-        """The rehearsal that passed goes on as the worker: it adopts the terminals as any new worker does."""
-        rehearsal, self.rehearsal = self.rehearsal, None
-        self.worker, self.link = rehearsal.process, rehearsal.link
-        self.selector.modify(self.link, selectors.EVENT_READ, self.on_link)
-        self.started_at = time.monotonic()
-        logger.info("keeper %d: worker %d takes over the %d terminals held", os.getpid(), self.worker.pid,
-                    len(self.held))
-        try:
-            send(self.link, {"op": "go"})
-        except OSError:
-            pass  # it went meanwhile: its exit is reaped as the worker's, and the worker started again
-
-    def on_rehearsal_message(self) -> bool:
-        """Takes one message of the rehearsal's; False when there was none to take."""
-        rehearsal = self.rehearsal
-        if rehearsal is None or rehearsal.link is None:
-            return False
-        try:
-            message, fds = receive(rehearsal.link)
-        except BlockingIOError:
-            return False
-        for fd in fds:
-            os.close(fd)
-        if message is None:
-            self.selector.unregister(rehearsal.link)
-            rehearsal.link.close()
-            rehearsal.link = None
-            return False
-        if message.get("op") == "adopt":
-            try:
-                self.hand_over(rehearsal.link)
-            except OSError:
-                pass  # it went; its exit says how
-        elif message.get("op") == "rehearsed":
-            rehearsal.answer = message
-            if not message.get("failed"):
-                self.rehearsal_passed(rehearsal)
-        return True
-
-    def rehearsal_ended(self, returncode: int) -> None:
-        rehearsal = self.rehearsal
-        if rehearsal.link is not None:  # its last messages
-            rehearsal.link.setblocking(False)
-            while rehearsal.link is not None and self.on_rehearsal_message():
-                pass
-            if rehearsal.link is not None:
-                self.selector.unregister(rehearsal.link)
-                rehearsal.link.close()
-        self.rehearsal = None
-        answer = rehearsal.answer
-        if rehearsal.passed:  # the worker, handing over, is started again from the code on disk when it exits
-            logger.warning("keeper %d: process %d, which was to take over, ended (%s) first", os.getpid(),
-                           rehearsal.process.pid, describe(returncode))
-            return
-        if answer is not None and answer.get("failed"):
-            reasons = "; ".join(answer.get("reasons", []))
-            why = f"it cannot take back {answer['failed']} of the {answer.get('checked')} terminals held ({reasons})"
-        elif returncode == -signal.SIGKILL and time.monotonic() >= rehearsal.deadline:
-            why = f"it did not answer within {REHEARSAL_SECONDS:.0f} s"
-        else:
-            why = f"it ended ({describe(returncode)}) before answering; its output above says why"
-        pid = self.worker.pid if self.worker is not None else None
-        logger.error("keeper %d: SIGHUP refused: the worker's command, run with the code now on disk, cannot take "
-                     "over: %s. Worker %s keeps running its terminals; fix the code and reload again.",
-                     os.getpid(), why, pid)
-        if self.link is not None:
-            try:
-                send(self.link, {"op": "restart_refused", "reason": why[: MESSAGE_BYTES // 2]})
-            except OSError:
-                pass
-
     def forget(self, terminal_id: str) -> None:
         held = self.held.pop(terminal_id, None)
         if held is not None:
@@ -428,12 +296,6 @@ def become_subreaper() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
-
-
-def describe(returncode: int) -> str:
-    if returncode < 0:
-        return f"killed by {signal.Signals(-returncode).name}"
-    return f"exit status {returncode}"
 
 
 def main(argv: list[str]) -> int:

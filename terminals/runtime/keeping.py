@@ -20,7 +20,7 @@ import socket
 import sys
 from collections.abc import Callable
 
-from . import adoption, keeper
+from . import adoption, keeper_protocol
 from .adoption import HeldTerminal, StateFile, terminal_state
 from .output_ring import OutputRing
 from .pty import PtySession
@@ -33,7 +33,7 @@ PR_SET_PDEATHSIG = 1
 
 def holder_pid() -> int:
     """The pid of the process that holds this worker's terminals: its keeper's, or its own without one."""
-    return int(os.environ.get(keeper.PID_VARIABLE) or os.getpid())
+    return int(os.environ.get(keeper_protocol.PID_VARIABLE) or os.getpid())
 
 
 def die_with_keeper() -> None:
@@ -49,12 +49,12 @@ REHEARSAL_REASONS = 10  # the first reasons a rehearsal tells the keeper (the re
 
 
 def rehearse_if_asked() -> None:
-    """In a rehearsal (the keeper's SIGHUP, keeper.REHEARSAL_VARIABLE set): checks that this code can take back
+    """In a rehearsal (the keeper's SIGHUP, keeper_protocol.REHEARSAL_VARIABLE set): checks that this code can take back
     every terminal the keeper holds, touching none (no output read, no state written), and tells the keeper. If
     it cannot, it exits; if it can, it waits until the running worker has handed over and returns: this process
     goes on as the next worker. Call it once this code is loaded and before it does anything else: no database,
     no channel."""
-    if not os.environ.pop(keeper.REHEARSAL_VARIABLE, None):
+    if not os.environ.pop(keeper_protocol.REHEARSAL_VARIABLE, None):
         return
     die_with_keeper()
     link = KeeperLink.from_environment()
@@ -73,8 +73,8 @@ def rehearse_if_asked() -> None:
                "reasons": list(failed.values())[:REHEARSAL_REASONS]})
     if failed:
         sys.exit(1)
-    # It can: it waits, loaded, to go on as the next worker once the running one has handed over (keeper.promote).
-    message, fds = keeper.receive(link._sock)
+    # It can: it waits, loaded, to go on as the next worker once the running one has handed over (keeper_rehearsal.promote).
+    message, fds = keeper_protocol.receive(link._sock)
     for fd in fds:
         os.close(fd)
     if message is None or message.get("op") != "go":
@@ -97,10 +97,10 @@ class KeeperLink:
 
     @classmethod
     def from_environment(cls) -> KeeperLink | None:
-        """The link the keeper passed (keeper.FD_VARIABLE), or None when this process runs without one; the same
+        """The link the keeper passed (keeper_protocol.FD_VARIABLE), or None when this process runs without one; the same
         link every time. The variable is taken out of the environment: the terminals' programs never see it."""
         global _link
-        fd = os.environ.pop(keeper.FD_VARIABLE, None)
+        fd = os.environ.pop(keeper_protocol.FD_VARIABLE, None)
         if fd:
             sock = socket.socket(fileno=int(fd))
             os.set_inheritable(sock.fileno(), False)
@@ -111,7 +111,7 @@ class KeeperLink:
         if self.broken:
             return
         try:
-            keeper.send(self._sock, message, fds)
+            keeper_protocol.send(self._sock, message, fds)
         except OSError as error:
             self.broken = True
             logger.error("the keeper cannot be reached (%s): terminals now end with this worker", error)
@@ -139,7 +139,7 @@ class KeeperLink:
         self._exchanged = True
         self.send({"op": "adopt"})
         while True:
-            message, fds = keeper.receive(self._sock)
+            message, fds = keeper_protocol.receive(self._sock)
             if message is None:
                 raise ConnectionError("the keeper closed the link while handing terminals over")
             if message["op"] == "terminal":
@@ -161,7 +161,7 @@ class KeeperLink:
 
         def readable() -> None:
             try:
-                message, fds = keeper.receive(self._sock)
+                message, fds = keeper_protocol.receive(self._sock)
             except BlockingIOError:
                 return
             for fd in fds:
@@ -219,7 +219,7 @@ class Keeping:
             state.write(terminal_state(session))
 
     def save_all(self) -> None:
-        """Writes every state file, output held back stored first (a hand-over: keeper.HANDOVER_SIGNAL)."""
+        """Writes every state file, output held back stored first (a hand-over: keeper_protocol.HANDOVER_SIGNAL)."""
         for session_id, session in list(self._sessions.items()):
             settle = getattr(session, "settle", None)
             if settle is not None:

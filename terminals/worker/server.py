@@ -20,7 +20,7 @@ from ..plumbing.clock import now as database_now
 from ..exceptions import ServiceError, database_unavailable
 from ..remote import leases, protocol
 from ..runtime import integrity, sealed
-from ..runtime import keeper
+from ..runtime import keeper_protocol
 from ..runtime.commands import API, RUNNING
 from ..runtime.errors import TerminalError
 from ..runtime.keeping import KeeperLink, Keeping, die_with_keeper, holder_pid
@@ -57,7 +57,7 @@ class TerminalWorker:
         # Under a keeper (runtime/keeper.py) the terminals outlive this process: it registers under the keeper's
         # id, takes back what its predecessor left running, and on SIGUSR1 hands them over instead of ending them.
         self.link = KeeperLink.from_environment()
-        self.id = (self.link and os.environ.get(keeper.ID_VARIABLE)) or uuid.uuid4().hex
+        self.id = (self.link and os.environ.get(keeper_protocol.ID_VARIABLE)) or uuid.uuid4().hex
         self.layer = layer or get_channel_layer()
         self.channel = ""
         self.hostname = socket.gethostname()

@@ -17,7 +17,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from terminals import keys
 from terminals.environment import separation_warning
-from terminals.runtime import keeper
+from terminals.runtime import keeper_protocol
 from terminals.runtime.keeping import KeeperLink, rehearse_if_asked
 
 
@@ -30,13 +30,13 @@ class Command(BaseCommand):
         parser.add_argument("--no-bootstrap", action="store_true", help="do not create a first admin key")
 
     def handle(self, *args, host, port, no_bootstrap, **options):
-        if settings.TERMINALS["KEEPER"] and keeper.FD_VARIABLE not in os.environ:
+        if settings.TERMINALS["KEEPER"] and keeper_protocol.FD_VARIABLE not in os.environ:
             # This process becomes the keeper (runtime/keeper.py), which runs the server as its child and holds
             # its terminals and its listening socket, so that SIGHUP restarts it without ending either.
             os.execv(sys.executable, [sys.executable, "-m", "terminals.runtime.keeper", "--handover-seconds",
                                       str(settings.TERMINALS["KEEPER_HANDOVER_SECONDS"]), "--", sys.executable,
                                       *sys.argv])
-        if os.environ.get(keeper.REHEARSAL_VARIABLE):
+        if os.environ.get(keeper_protocol.REHEARSAL_VARIABLE):
             importlib.import_module("config.asgi")  # the rehearsal loads everything the server will
         rehearse_if_asked()  # a rehearsal of the keeper's SIGHUP exits here, having checked every terminal
         call_command("migrate", interactive=False, verbosity=0)
@@ -130,7 +130,7 @@ class Command(BaseCommand):
                 embedded.handing_over = True  # the shutdown hooks hand the terminals over instead of ending them
                 reactor.callFromThread(reactor.stop)
 
-            signal.signal(keeper.HANDOVER_SIGNAL, hand_over)
+            signal.signal(keeper_protocol.HANDOVER_SIGNAL, hand_over)
         server.run()
         sys.stdout.flush()
         if AnnouncingServer.failed:

@@ -14,7 +14,7 @@ from redis.exceptions import RedisError
 
 from terminals import metrics
 from terminals.plumbing.channel_layer import RedisTooOld
-from terminals.runtime import keeper
+from terminals.runtime import keeper_protocol
 from terminals.runtime.keeping import rehearse_if_asked
 from terminals.environment import separation_warning
 from terminals.worker.server import TerminalWorker
@@ -49,7 +49,7 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         if not settings.REDIS_URL:
             raise CommandError("terminal_worker needs REDIS_URL: the in-memory channel layer cannot reach other processes")
-        if settings.TERMINALS["KEEPER"] and keeper.FD_VARIABLE not in os.environ:
+        if settings.TERMINALS["KEEPER"] and keeper_protocol.FD_VARIABLE not in os.environ:
             # This process becomes the keeper (same pid: the one systemd and operators signal), which runs the
             # worker as its child: the same command line, with the keeper's end of the link.
             os.execv(sys.executable, [sys.executable, "-m", "terminals.runtime.keeper", "--handover-seconds",
@@ -65,7 +65,7 @@ class Command(BaseCommand):
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, lambda: loop.create_task(worker.shutdown()))
         # From the keeper, on its SIGHUP: leave the terminals running for the next worker.
-        loop.add_signal_handler(keeper.HANDOVER_SIGNAL, lambda: loop.create_task(worker.hand_over()))
+        loop.add_signal_handler(keeper_protocol.HANDOVER_SIGNAL, lambda: loop.create_task(worker.hand_over()))
         await worker.start()
         metrics.serve_on_separate_bind()
         self.stdout.write(f"terminal worker {worker.id} ready on {worker.channel}", ending="\n")
