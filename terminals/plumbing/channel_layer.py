@@ -152,9 +152,9 @@ class RedisChannelLayer(core.RedisChannelLayer):
             return f"{url.hostname}:{url.port or 6379}"
         return f"{host.get('host', 'localhost')}:{host.get('port', 6379)}"
 
-    async def send(self, channel, message):
+    async def send(self, channel, message, *, first: bool = False):
         """channels_redis's send (expired messages dropped, ChannelFull at capacity, the key's expiry renewed) in
-        one round trip."""
+        one round trip. first: ahead of every message sent since (a worker handing over puts back what it took)."""
         assert isinstance(message, dict), "message is not a dict"
         assert self.require_valid_channel_name(channel), "Channel name not valid"
         assert "__asgi_channel__" not in message
@@ -164,13 +164,17 @@ class RedisChannelLayer(core.RedisChannelLayer):
         else:
             key, index = self.prefix + channel, next(self._send_index_generator)
         now = time.time()
-        arguments = (int(now) - int(self.expiry), self.get_capacity(channel), now, self.serialize(message),
+        score = now - self.expiry / 2 if first else now  # popped lowest first; older than expiry is dropped
+        arguments = (int(now) - int(self.expiry), self.get_capacity(channel), score, self.serialize(message),
                      int(self.expiry))
         connection = self.connection(index)
         if self._send_script is None:
             self._send_script = connection.register_script(SEND)  # loads it into Redis when Redis lacks it
         if not await self._send_script(keys=[key], args=arguments, client=connection):
             raise ChannelFull()
+
+    async def send_first(self, channel, message):
+        await self.send(channel, message, first=True)
 
     def _buffer(self, channel: str, message: dict) -> None:
         """Keeps a message for its channel's receive(), called yet or not. Messages of a channel nobody has read

@@ -57,6 +57,7 @@ RECORDING_READ = "worker.recording.read"  # path, offset, length: part of a reco
 RECORDING_CHUNK_BYTES = 256 * 1024  # the most one RECORDING_READ answers, well under a channel message's size
 ACCOUNT = "worker.account"  # username: makes the user's own Unix account (per-user), answers its name and home
 PING = "worker.ping"  # nothing; answers the worker's id and how many terminals it hosts
+WAKE = "worker.wake"  # nothing: sent by a worker to its own channel to end its wait as it hands over; no reply
 
 # Pushed by the worker to an attached channel, in order (see streaming.py).
 STREAM_OUTPUT = "terminal.stream.output"  # terminal, offset, data (bytes, whole characters)

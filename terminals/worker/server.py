@@ -48,6 +48,7 @@ RESTARTING = ("The terminal's worker restarted (a reload) while this request was
               "Send the request again in a moment. A command it started keeps running: find it with GET "
               "/api/terminals/{id}/commands rather than sending it again.")
 HANDOVER_REPLY_SECONDS = 2.0  # how long the requests still running get to send that answer
+LISTENER_STOP_SECONDS = 2.0  # how long the listener of the worker's channel gets to stop between two requests
 
 
 class TerminalWorker:
@@ -78,6 +79,7 @@ class TerminalWorker:
         self._tasks: set[asyncio.Task] = set()
         self._shutting_down = False
         self._handing_over = False
+        self._listener: asyncio.Task | None = None
         place = {"worker_id": self.id, "hostname": self.hostname, "space": self.process_space, "layer": self.layer}
         self.creations = Creations(**place, manager=self.manager, database=self.database, recordings=self.recordings,
                                    readers=self.readers, reply=self._reply)
@@ -111,7 +113,7 @@ class TerminalWorker:
             await self._take_back()
         await self.upkeep.mark_lost()
         await self.upkeep.reap_lost()
-        self._spawn(self._listen(self.channel))
+        self._listener = self._spawn(self._listen(self.channel))
         self._spawn(self._listen(protocol.CREATE_CHANNEL))
         self._spawn(self.upkeep.keep_alive())
         self._spawn(self._every(settings.TERMINALS["HEARTBEAT_INTERVAL_MS"] / 1000, self.upkeep.beat))
@@ -150,6 +152,7 @@ class TerminalWorker:
             logger.error("no keeper holds this worker's terminals: SIGUSR1 is ignored (SIGTERM ends them)")
             return
         self._shutting_down = self._handing_over = True
+        await self._stop_listening()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()  # a request still running answers that the worker restarts (dispatch)
@@ -233,17 +236,35 @@ class TerminalWorker:
             if delay:
                 logger.warning("receiving on %s works again", channel)
                 delay = 0.0
-            if self._shutting_down:  # taken as it stops (redis-py can finish a pop its cancellation interrupted)
+            if self._shutting_down:  # taken as it stops (_stop_listening)
                 await self._pass_on(channel, message)
                 return
-            self._spawn(self.dispatch(message))
+            if message.get("type") != protocol.WAKE:  # one its previous process sent itself, as it handed over
+                self._spawn(self.dispatch(message))
+
+    async def _stop_listening(self) -> None:
+        """Ends the listener of this worker's channel between two requests rather than cancelling it in the middle
+        of a pop, which can lose what Redis had just handed it (a request the next process would never see): a
+        wake-up message sent to the channel ends its wait, and what it took last is put back (_pass_on)."""
+        listener = self._listener
+        if listener is None or listener.done():
+            return
+        try:
+            await self.layer.send(self.channel, {"type": protocol.WAKE})
+            await asyncio.wait_for(asyncio.shield(listener), LISTENER_STOP_SECONDS)
+        except Exception as error:  # noqa: BLE001 - cancelled with the rest, as before
+            logger.warning("the listener of %s did not stop between two requests (%s: %s); it is cancelled",
+                           self.channel, type(error).__name__, error)
 
     async def _pass_on(self, channel: str, message: dict) -> None:
-        """A request taken while stopping: put back for the worker's next process (a hand-over) or for another
-        worker (a creation), or answered that the worker is stopping."""
+        """A request taken while stopping: put back, first in line, for the worker's next process (a hand-over)
+        or for another worker (a creation), or answered that the worker is stopping."""
+        if message.get("type") == protocol.WAKE:
+            return
         if self._handing_over or channel == protocol.CREATE_CHANNEL:
+            put_back = getattr(self.layer, "send_first", self.layer.send)  # in memory: nobody comes next anyway
             try:
-                await self.layer.send(channel, message)
+                await put_back(channel, message)
                 return
             except Exception:  # noqa: BLE001 - the caller times out, as it would have
                 logger.exception("putting back a %s request taken while stopping failed", message.get("type"))
