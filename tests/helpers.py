@@ -16,9 +16,37 @@ from .servers import ROOT, service_env
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
+LEFTOVER_SECONDS = 10.0
+
+
 def run(coroutine, timeout: float = 120.0):
-    """Runs one test's client side to its end with an overall deadline: a hang fails the test, not the run."""
-    return asyncio.run(asyncio.wait_for(coroutine, timeout))
+    """Runs one test's client side to its end with an overall deadline: a hang fails the test, not the run. So
+    does a task it leaves behind that does not end once cancelled (asyncio.run would wait on it for ever, as
+    closing a loop waits on every task): the test fails naming it and where it waits."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        return loop.run_until_complete(_bounded(coroutine, timeout))
+    finally:
+        try:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
+
+
+async def _bounded(coroutine, timeout: float):
+    try:
+        return await asyncio.wait_for(coroutine, timeout)
+    finally:
+        leftovers = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in leftovers:
+            task.cancel()
+        stuck = (await asyncio.wait(leftovers, timeout=LEFTOVER_SECONDS))[1] if leftovers else set()
+        if stuck:
+            where = "\n".join(f"{task!r} at {task.get_stack()[-1:] or 'its start'}" for task in stuck)
+            raise AssertionError(f"{len(stuck)} tasks left behind did not end once cancelled:\n{where}")
 
 
 async def eventually(probe, what: str = "a condition", timeout: float = 10.0, interval: float = 0.02):
